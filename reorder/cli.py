@@ -1,0 +1,181 @@
+"""The ``reorder`` command line: ``python -m reorder SUBCOMMAND ...``.
+
+Subcommands print a readable summary, or one JSON object with ``--json``
+(whose keys are a contract other tools rely on; see each handler). Bad input
+ends with ``reorder: error: ...`` on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .errors import ReorderError
+from .graph import Graph
+from .io import load_graph
+from .report import format_bytes, format_table
+from .timeline import estimate_peak_memory, estimate_peak_memory_allocfree, lower_bound
+
+__all__ = ["main"]
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
+
+
+def command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    COMMANDS[fn.__name__.removeprefix("cmd_")] = fn
+    return fn
+
+
+def graph_files(path: str) -> list[Path]:
+    """The JSON graph files at ``path``: the file itself, or every ``*.json`` graph in a folder."""
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(f for f in p.glob("*.json") if not f.name.startswith("torch-"))
+        if not files:
+            raise ReorderError(f"no graph files (*.json) in {p}")
+        return files
+    if not p.exists():
+        raise ReorderError(f"no such file or folder: {p}")
+    return [p]
+
+
+def estimate_record(graph: Graph) -> dict:
+    """The ``estimate`` JSON object for one graph."""
+    timeline = estimate_peak_memory(graph)
+    return {
+        "graph": graph.name,
+        "nodes": graph.num_nodes,
+        "buffers": graph.num_buffers,
+        "edges": graph.num_edges,
+        "peak": timeline.peak,
+        "peak_step": timeline.peak_step,
+        "peak_allocfree": estimate_peak_memory_allocfree(graph).peak,
+        "lower_bound": lower_bound(graph),
+    }
+
+
+@command
+def cmd_estimate(args: argparse.Namespace) -> int:
+    """Peak of the graph's own order; JSON keys: peak, peak_allocfree, lower_bound, nodes."""
+    records = [estimate_record(load_graph(f)) for f in graph_files(args.file)]
+    if args.json:
+        print(json.dumps(records[0] if len(records) == 1 and Path(args.file).is_file() else records, indent=1))
+        return 0
+    rows = [
+        (r["graph"], r["nodes"], r["buffers"], format_bytes(r["peak"]), format_bytes(r["peak_allocfree"]),
+         format_bytes(r["lower_bound"]), f"{r['peak'] / r['lower_bound']:.3f}" if r["lower_bound"] else "-")
+        for r in records
+    ]
+    print(format_table(["graph", "nodes", "buffers", "peak", "peak (alloc/free)", "lower bound", "peak/bound"], rows))
+    return 0
+
+
+def optimize_record(graph: Graph, methods: Sequence[str] | None) -> dict:
+    """The ``optimize`` JSON object for one graph."""
+    from .schedulers import reorder_for_peak_memory
+
+    result = reorder_for_peak_memory(graph, methods)
+    return {
+        "graph": graph.name,
+        "nodes": graph.num_nodes,
+        "methods": result.peaks,
+        "best": {"method": result.method, "peak": result.peak},
+        "order": graph.names_of(result.order),
+        "lower_bound": result.lower_bound,
+        "gap": result.gap,
+        "optimal": result.optimal,
+        "seconds": result.seconds,
+        "notes": result.notes,
+    }
+
+
+def _method_list(text: str | None) -> list[str] | None:
+    return None if text is None else [m.strip() for m in text.split(",") if m.strip()]
+
+
+@command
+def cmd_optimize(args: argparse.Namespace) -> int:
+    """Best order over methods; JSON keys: methods, best, order, lower_bound, seconds."""
+    methods = _method_list(args.methods)
+    records = [optimize_record(load_graph(f), methods) for f in graph_files(args.file)]
+    if args.json:
+        print(json.dumps(records[0] if len(records) == 1 and Path(args.file).is_file() else records, indent=1))
+        return 0
+    for r in records:
+        base = r["methods"]["baseline"]
+        print(f"{r['graph']}: {r['nodes']} nodes, lower bound {format_bytes(r['lower_bound'])}")
+        rows = [
+            (name, format_bytes(peak), f"{peak / base:.3f}" if base else "-", f"{r['seconds'][name] * 1000:.1f}",
+             "*" if name == r["best"]["method"] else "", r["notes"].get(name, ""))
+            for name, peak in r["methods"].items()
+        ]
+        print(format_table(["method", "peak", "vs baseline", "ms", "best", "note"], rows))
+        status = "optimal" if r["optimal"] else f"{100 * r['gap']:.2f}% above the lower bound"
+        print(f"best: {r['best']['method']} at {format_bytes(r['best']['peak'])} ({status})\n")
+    return 0
+
+
+BUNDLED_GRAPHS = Path(__file__).resolve().parent / "data" / "graphs"
+
+
+@command
+def cmd_demo(args: argparse.Namespace) -> int:
+    """End to end on a folder of graphs (default: the bundled ones): estimate, reorder, print a table."""
+    rows = []
+    for path in graph_files(args.folder):
+        graph = load_graph(path)
+        record = optimize_record(graph, None)
+        peaks = record["methods"]
+        inductor = min(peaks[m] for m in ("baseline", "lpmf", "bfs", "dfs"))
+        ours = record["best"]["peak"]
+        rows.append((
+            graph.name, graph.num_nodes, format_bytes(peaks["baseline"]), format_bytes(inductor), format_bytes(ours),
+            f"{format_bytes(inductor - ours)} ({100 * (inductor - ours) / inductor:.2f}%)" if inductor else "-",
+            record["best"]["method"],
+            format_bytes(record["lower_bound"]), "yes" if record["optimal"] else f"{100 * record['gap']:.1f}% gap",
+            f"{sum(record['seconds'].values()) * 1000:.0f}",
+        ))
+        print(f"  {graph.name}: {format_bytes(ours)} ({record['best']['method']})", file=sys.stderr, flush=True)
+    print(format_table(["graph", "nodes", "baseline", "Inductor best", "ours", "saved", "method", "lower bound",
+                        "optimal", "ms"], rows))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="reorder", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="log each method's peak (INFO on the 'reorder' logger)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("estimate", help="peak memory of a graph's own order (file or folder of graphs)")
+    p.add_argument("file")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("optimize", help="find the lowest-peak order")
+    p.add_argument("file")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--methods", help="comma-separated, e.g. lpmf,bfs,refine (options: 'exact:max_states=10000,refine:window=10')")
+
+    p = sub.add_parser("demo", help="run everything on a folder of graphs and print a table (default: bundled graphs)")
+    p.add_argument("folder", nargs="?", default=str(BUNDLED_GRAPHS))
+
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
+    try:
+        return COMMANDS[args.command](args)
+    except ReorderError as exc:
+        print(f"reorder: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""Best-of: run several methods on one graph and keep the order with the lowest peak.
+
+Like Inductor's ``reorder_for_peak_memory``: the baseline (the graph's own
+order) and each method are estimated, one INFO line per method goes to the
+``reorder`` logger, and the lowest peak wins (ties go to the earlier method,
+so the baseline is kept unless something is strictly better). Methods that
+improve an order (``refine``, ``exact``) start from the best order found
+before them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from ..errors import ReorderError
+from ..graph import Graph
+from ..timeline import estimate_peak_memory, lower_bound
+from .base import METHODS, MethodOutcome
+
+__all__ = ["DEFAULT_METHODS", "ReorderResult", "reorder_for_peak_memory", "make_method"]
+
+log = logging.getLogger("reorder")
+
+#: Inductor's three, then ours. The budgets keep the whole set well under a
+#: second on graphs of a few hundred nodes (see docs/algorithms.md).
+DEFAULT_METHODS: tuple[str, ...] = ("lpmf", "bfs", "dfs", "refine", "exact")
+
+
+@dataclass(frozen=True)
+class ReorderResult:
+    """The chosen order and what every method achieved.
+
+    ``peaks`` and ``seconds`` are keyed by method name and include
+    ``"baseline"``. ``optimal`` is True when some method proved the chosen
+    peak cannot be beaten (or it meets ``lower_bound``).
+    """
+
+    order: list[int]
+    peak: int
+    method: str
+    peaks: dict[str, int]
+    seconds: dict[str, float]
+    lower_bound: int
+    optimal: bool
+    notes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def gap(self) -> float:
+        """How far the chosen peak is above the lower bound, as a fraction of the bound."""
+        return (self.peak - self.lower_bound) / self.lower_bound if self.lower_bound else 0.0
+
+
+def make_method(spec):
+    """A method instance from a name (``"lpmf"``), a ``name:key=value:key=value`` string, or an instance."""
+    if not isinstance(spec, str):
+        return spec
+    name, *options = spec.split(":")
+    if name not in METHODS:
+        raise ReorderError(f"unknown method {name!r}; known: {', '.join(sorted(METHODS))}")
+    kwargs = {}
+    for item in filter(None, options):
+        key, _, value = item.partition("=")
+        try:
+            kwargs[key] = float(value) if "." in value else int(value)
+        except ValueError:
+            raise ReorderError(f"method {name!r}: option {item!r} is not key=number") from None
+    try:
+        return METHODS[name](**kwargs)
+    except TypeError as exc:
+        raise ReorderError(f"method {name!r}: {exc}") from None
+
+
+def reorder_for_peak_memory(graph: Graph, methods: Iterable | None = None) -> ReorderResult:
+    """Run the baseline and ``methods`` (default :data:`DEFAULT_METHODS`), return the lowest-peak order.
+
+    ``methods`` items are names, ``"name:option=value"`` strings or method
+    instances (see :data:`reorder.schedulers.METHODS`).
+    """
+    instances = [make_method(m) for m in (DEFAULT_METHODS if methods is None else methods)]
+    bound = lower_bound(graph)
+    log.info("reordering %s for peak memory -- %d nodes", graph.name, graph.num_nodes)
+    t0 = time.perf_counter()
+    best_order: Sequence[int] = list(range(graph.num_nodes))
+    best_peak = estimate_peak_memory(graph, best_order).peak
+    best_method = "baseline"
+    peaks = {"baseline": best_peak}
+    seconds = {"baseline": time.perf_counter() - t0}
+    notes: dict[str, str] = {}
+    optimal = best_peak <= bound
+    log.info("baseline peak memory: %d", best_peak)
+    for method in instances:
+        if method.name == "baseline":
+            continue
+        t0 = time.perf_counter()
+        outcome: MethodOutcome = method.run(graph, best_order)
+        peak = estimate_peak_memory(graph, outcome.order).peak
+        seconds[method.name] = time.perf_counter() - t0
+        peaks[method.name] = peak
+        if outcome.note:
+            notes[method.name] = outcome.note
+        log.info("%s peak memory: %d%s", method.name, peak, f" ({outcome.note})" if outcome.note else "")
+        if peak < best_peak:
+            best_order, best_peak, best_method = outcome.order, peak, method.name
+        optimal = optimal or outcome.optimal and peak <= best_peak or best_peak <= bound
+    return ReorderResult(list(best_order), best_peak, best_method, peaks, seconds, bound, optimal, notes)

@@ -1,0 +1,167 @@
+"""Run torch's own ``torch/_inductor/memory.py`` functions on a :class:`Graph`.
+
+This is the reference we are measured against: tests check our estimator and
+ports against it, and benchmarks time it side by side with ours. It builds
+light stand-ins for Inductor's scheduler nodes and buffers carrying exactly
+the fields those functions read (``mpi_node``, ``mpi_buffer``,
+``unmet_dependencies``, ``get_outputs``...), so no compilation is needed.
+
+Besides :mod:`reorder.inductor`, this is the only module that imports Inductor.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from .graph import Graph
+
+__all__ = ["TorchReference", "torch_reference", "INDUCTOR_METHODS"]
+
+INDUCTOR_METHODS = ("lpmf", "bfs", "dfs")
+
+
+class _Dep:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+class _Buffer:
+    __slots__ = ("name", "mpi_buffer")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.mpi_buffer = None
+
+    def get_name(self) -> str:
+        return self.name
+
+
+class _Node:
+    __slots__ = ("name", "outputs", "mpi_node", "unmet_dependencies")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.outputs: list[_Buffer] = []
+        self.mpi_node = None
+        self.unmet_dependencies: list[_Dep] = []
+
+    def get_name(self) -> str:
+        return self.name
+
+    def get_outputs(self) -> list[_Buffer]:
+        return self.outputs
+
+    def get_buffer_names(self):
+        return [b.name for b in self.outputs]
+
+
+@dataclass
+class TorchReference:
+    """Stand-in scheduler state for one graph, and torch's functions bound to it."""
+
+    graph: Graph
+    nodes: list
+    name_to_freeable_input_buf: dict
+    name_to_buf: dict
+    graph_outputs: object
+
+    def estimate(self, order: Sequence[int] | None = None) -> tuple[int, list[int]]:
+        """torch's ``estimate_peak_memory`` of ``order`` (node ids; default the graph's own)."""
+        from torch._inductor import memory
+
+        nodes = self.nodes if order is None else [self.nodes[v] for v in order]
+        return memory.estimate_peak_memory(nodes, self.name_to_freeable_input_buf, self.graph_outputs)
+
+    def estimate_allocfree(self, order: Sequence[int] | None = None) -> int:
+        from torch._inductor import memory
+
+        nodes = self.nodes if order is None else [self.nodes[v] for v in order]
+        return memory.estimate_peak_memory_allocfree(nodes, self.name_to_freeable_input_buf, self.graph_outputs)[0]
+
+    def method(self, name: str) -> Callable[[], list[int]]:
+        """torch's ``topological_sort_<name>``, returning node ids."""
+        from torch._inductor import memory
+
+        index = {id(n): i for i, n in enumerate(self.nodes)}
+        if name == "lpmf":
+            def run():
+                return memory.topological_sort_lpmf(
+                    self.nodes, self.name_to_freeable_input_buf, self.name_to_buf, self.graph_outputs
+                )
+        elif name in ("bfs", "dfs"):
+            fn = getattr(memory, f"topological_sort_{name}")
+
+            def run():
+                return fn(self.nodes)
+        else:
+            raise ValueError(f"torch has no method {name!r}; it has {INDUCTOR_METHODS}")
+        return lambda: [index[id(n)] for n in run()]
+
+    def run_all(self, size_threshold: int = 0) -> dict:
+        """Peaks, orders and seconds of baseline and torch's three methods, as ``reorder_for_peak_memory`` runs them."""
+        from torch._inductor import config
+
+        result = {"peak": {}, "orders": {}, "seconds": {}}
+        t0 = time.perf_counter()
+        result["peak"]["baseline"] = self.estimate()[0]
+        result["seconds"]["baseline"] = time.perf_counter() - t0
+        with config.patch(size_threshold_for_succ_based_strategy=size_threshold):
+            for name in INDUCTOR_METHODS:
+                t0 = time.perf_counter()
+                order = self.method(name)()
+                peak = self.estimate(order)[0]
+                result["seconds"][name] = time.perf_counter() - t0
+                result["peak"][name] = peak
+                result["orders"][name] = order
+        return result
+
+
+def torch_reference(graph: Graph) -> TorchReference:
+    """Build stand-ins for ``graph`` with torch's own planning-info records."""
+    from torch._inductor.memory import (
+        FreeableInputBuffer,
+        MemoryPlanningInfoForBuffer,
+        MemoryPlanningInfoForNode,
+    )
+    from torch.utils._ordered_set import OrderedSet
+
+    g = graph
+    nodes = [_Node(nm) for nm in g.node_names]
+    bufs: dict[int, object] = {}
+    for b in range(g.num_buffers):
+        p = g.producer[b]
+        if p is not None:
+            buf = _Buffer(g.buffer_names[b])
+            nodes[p].outputs.append(buf)
+            bufs[b] = buf
+    freeable = {}
+    for b in range(g.num_buffers):
+        if g.is_input[b] and g.freeable[b] and g.readers[b]:
+            fb = FreeableInputBuffer(g.buffer_names[b])
+            freeable[fb.name] = fb
+            bufs[b] = fb
+    for b, buf in bufs.items():
+        readers = OrderedSet(nodes[r] for r in g.readers[b])
+        info = MemoryPlanningInfoForBuffer(
+            size_alloc=g.size_alloc[b], size_free=g.size_free[b],
+            succ_nodes=readers, succ_nodes_for_ordering=OrderedSet(readers),
+        )
+        buf.mpi_buffer = info
+    for v, node in enumerate(nodes):
+        node.mpi_node = MemoryPlanningInfoForNode(
+            index=v,
+            size=g.alloc_size[v],
+            pred_buffers=OrderedSet(bufs[b] for b in g.reads[v] if b in bufs),
+            pred_nodes=OrderedSet(nodes[p] for p in g.preds[v]),
+            succ_nodes=OrderedSet(nodes[s] for s in g.succs[v]),
+        )
+        deps = [g.buffer_names[b] for b in g.declared_reads[v]]
+        deps += [g.buffer_names[g.outputs[a][0]] for a in g.after[v] if g.outputs[a]]
+        node.unmet_dependencies = [_Dep(d) for d in deps]
+    name_to_buf = {bufs[b].name: bufs[b] for b in bufs if g.producer[b] is not None}
+    outputs = OrderedSet(g.buffer_names[b] for b in range(g.num_buffers) if g.is_output[b])
+    return TorchReference(g, nodes, freeable, name_to_buf, outputs)

@@ -1,0 +1,139 @@
+"""The graph model: each kind of buffer, and a clear error for each kind of bad input."""
+
+import pytest
+
+from reorder import BufferSpec, CycleError, GraphError, InputSpec, NodeSpec, build_graph, estimate_peak_memory
+from reorder.errors import OrderError
+
+
+def test_computed_buffer_lives_from_producer_to_last_reader():
+    g = build_graph([
+        NodeSpec("a", [BufferSpec("x", 100)]),
+        NodeSpec("b", [BufferSpec("y", 10)], reads=["x"]),
+        NodeSpec("c", [BufferSpec("z", 1)], reads=["x"]),
+    ], outputs=["z"])
+    t = estimate_peak_memory(g)
+    assert t.lifetimes.start[g.buffer_index["x"]] == 0
+    assert t.lifetimes.end[g.buffer_index["x"]] == 2
+    assert t.live == (100, 110, 101, 1)  # y (unread) freed after b; x after c; z kept
+    assert g.readers[g.buffer_index["x"]] == (1, 2)
+
+
+def test_freeable_input_dies_after_last_reader_and_kept_input_costs_nothing():
+    g = build_graph(
+        [NodeSpec("a", [BufferSpec("x", 10)], reads=["w", "p"]), NodeSpec("b", [BufferSpec("y", 10)], reads=["x"])],
+        inputs=[InputSpec("w", 1000), InputSpec("p", 5000, freeable=False)],
+        outputs=["y"],
+    )
+    assert g.size_alloc[g.buffer_index["p"]] == 0
+    assert estimate_peak_memory(g).live == (1010, 20, 10)
+
+
+def test_graph_outputs_are_never_freed():
+    g = build_graph([NodeSpec("a", [BufferSpec("x", 7)]), NodeSpec("b", [BufferSpec("y", 3)], reads=["x"])],
+                    outputs=["x", "y"])
+    assert estimate_peak_memory(g).live == (7, 10, 10)
+
+
+def test_mutation_rename_costs_nothing_and_its_readers_keep_the_real_buffer():
+    g = build_graph([
+        NodeSpec("a", [BufferSpec("x", 100)]),
+        NodeSpec("m", [BufferSpec("x2", 0, alias_of="x")], reads=["x"]),
+        NodeSpec("m2", [BufferSpec("x3", 0, alias_of="x2")], reads=["x2"]),
+        NodeSpec("other", [BufferSpec("o", 1)]),
+        NodeSpec("r", [BufferSpec("y", 1)], reads=["x3"]),
+    ], outputs=["y"])
+    x, x3 = g.buffer_index["x"], g.buffer_index["x3"]
+    assert g.root[x3] == x
+    assert (g.size_alloc[x3], g.size_free[x3]) == (0, 0)
+    assert g.node_index["r"] in g.readers[x]
+    assert g.node_index["a"] in g.preds[g.node_index["r"]]  # root's producer orders the reader
+    assert g.declared_reads[g.node_index["r"]] == (x3,)
+    t = estimate_peak_memory(g)
+    assert t.lifetimes.end[x] == 4
+    assert t.live == (100, 100, 100, 101, 101, 1)  # o is unread: freed after its step
+
+
+def test_multi_output_parent_allocates_children_free_their_own():
+    g = build_graph([
+        NodeSpec("mo", [BufferSpec("p")]),
+        NodeSpec("g0", [BufferSpec("c0", 30, parent="p")], reads=["p"]),
+        NodeSpec("g1", [BufferSpec("c1", 70, parent="p")], reads=["p"]),
+        NodeSpec("use0", [BufferSpec("u", 1)], reads=["c0"]),
+        NodeSpec("use1", [BufferSpec("v", 1)], reads=["c1", "u"]),
+    ], outputs=["v"])
+    p, c0, c1 = (g.buffer_index[k] for k in ("p", "c0", "c1"))
+    assert (g.size_alloc[p], g.size_free[p]) == (100, 0)
+    assert (g.size_alloc[c0], g.size_free[c0]) == (0, 30)
+    assert g.parent[c1] == p
+    assert estimate_peak_memory(g).live == (100, 100, 100, 101, 72, 1)
+
+
+def test_ordering_only_edges_constrain_but_keep_nothing_alive():
+    g = build_graph([NodeSpec("a", [BufferSpec("x", 10)]), NodeSpec("b", [BufferSpec("y", 5)], after=["a"])],
+                    outputs=["y"])
+    assert g.preds[1] == (0,)
+    assert g.readers[0] == ()
+    assert estimate_peak_memory(g).live == (10, 5, 5)
+    with pytest.raises(OrderError, match="before its predecessor 'a'"):
+        estimate_peak_memory(g, [1, 0])
+
+
+def test_symbolic_sizes_resolve_with_hints_and_keep_their_expression():
+    g = build_graph([NodeSpec("a", [BufferSpec("x", "s0*4096")])], inputs=[InputSpec("i", "2*s0 + s1")],
+                    outputs=["x"], size_hints={"s0": 8, "s1": 3})
+    assert g.size[g.buffer_index["x"]] == 32768
+    assert g.symbolic_size[g.buffer_index["x"]] == "4096*s0"
+    assert g.size[g.buffer_index["i"]] == 19
+
+
+@pytest.mark.parametrize("nodes, inputs, outputs, message", [
+    ([NodeSpec("a", [BufferSpec("x", 1)], reads=["nope"])], [], [], "node 'a' names unknown buffer 'nope'"),
+    ([NodeSpec("a", [BufferSpec("x", 1)]), NodeSpec("b", [BufferSpec("x", 1)])], [], [],
+     "buffer 'x' has two producers: 'a' and 'b'"),
+    ([NodeSpec("a", [BufferSpec("x", 1)]), NodeSpec("a", [BufferSpec("y", 1)])], [], [], "duplicate node name 'a'"),
+    ([NodeSpec("a", [BufferSpec("x", 1)])], [InputSpec("x", 1)], [], "duplicate buffer name 'x'"),
+    ([NodeSpec("a", [BufferSpec("x", -5)])], [], [], "buffer 'x': size must not be negative, got -5"),
+    ([NodeSpec("a", [BufferSpec("x", 2.5)])], [], [], "buffer 'x': size must be an integer or an expression"),
+    ([NodeSpec("a", [BufferSpec("x", "s0/3")])], [], [], "needs a size hint for s0"),
+    ([NodeSpec("a", [BufferSpec("x", "s0 +* 2")])], [], [], "buffer 'x': cannot parse size expression"),
+    ([NodeSpec("a", [BufferSpec("x", 1)])], [], ["ghost"], "graph outputs names unknown buffer 'ghost'"),
+    ([NodeSpec("a", [BufferSpec("x", 1)], after=["zz"])], [], [], "node 'a' must run after unknown node 'zz'"),
+    ([NodeSpec("a", [BufferSpec("x", 1)], reads=["x"])], [], [], "node 'a' reads its own output 'x'"),
+    ([NodeSpec("a", [BufferSpec("x", 1, alias_of="y")]), NodeSpec("b", [BufferSpec("y", 1, alias_of="x")])], [], [],
+     "alias chain loops: x -> y -> x"),
+    ([NodeSpec("a", [BufferSpec("x", 1)]), NodeSpec("b", [BufferSpec("y", 0, alias_of="x")])], [], [],
+     "alias 'y' of 'x': its producer 'b' must read the buffer it renames"),
+    ([NodeSpec("a", [BufferSpec("p")]), NodeSpec("b", [BufferSpec("c", 4, parent="p")])], [], [],
+     "multi-output child 'c': its producer 'b' must read the parent 'p'"),
+])
+def test_invalid_input_names_what_is_wrong(nodes, inputs, outputs, message):
+    with pytest.raises(GraphError) as err:
+        build_graph(nodes, inputs, outputs)
+    assert message in str(err.value)
+
+
+def test_cycle_error_prints_the_cycle():
+    nodes = [
+        NodeSpec("start", [BufferSpec("s", 1)]),
+        NodeSpec("a", [BufferSpec("x", 1)], reads=["s", "z"]),
+        NodeSpec("b", [BufferSpec("y", 1)], reads=["x"]),
+        NodeSpec("c", [BufferSpec("z", 1)], reads=["y"]),
+    ]
+    with pytest.raises(CycleError) as err:
+        build_graph(nodes)
+    cycle = err.value.cycle
+    assert cycle[0] == cycle[-1] and sorted(cycle[:-1]) == ["a", "b", "c"]
+    for first, second in zip(cycle, cycle[1:]):  # each step is a real edge
+        assert {"a": "b", "b": "c", "c": "a"}[first] == second
+    assert "dependency cycle: " in str(err.value)
+
+
+def test_order_errors_name_the_node():
+    g = build_graph([NodeSpec("a", [BufferSpec("x", 1)]), NodeSpec("b", [BufferSpec("y", 1)], reads=["x"])])
+    with pytest.raises(OrderError, match="runs node 'a' twice"):
+        g.check_order([0, 0])
+    with pytest.raises(OrderError, match="order has 1 nodes"):
+        g.check_order([0])
+    with pytest.raises(GraphError, match="no node named 'q'"):
+        g.order_from_names(["a", "q"])

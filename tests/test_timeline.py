@@ -1,0 +1,55 @@
+"""The estimator: torch 2.13's figures to the byte, and a brute-force reference on random graphs."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from helpers import FIGURES, GRAPH_NAMES, GRAPHS, all_topological_orders, build, graph_specs, random_order, reference_peak
+
+from reorder import estimate_peak_memory, estimate_peak_memory_allocfree, load_graph, lower_bound
+
+
+@pytest.mark.parametrize("name", GRAPH_NAMES)
+def test_baseline_peaks_equal_torch_figures(name):
+    graph = load_graph(GRAPHS / f"{name}.json")
+    assert estimate_peak_memory(graph).peak == FIGURES[name]["peak"]["baseline"]
+    assert estimate_peak_memory_allocfree(graph).peak == FIGURES[name]["peak_allocfree_baseline"]
+
+
+@pytest.mark.parametrize("name", GRAPH_NAMES)
+def test_peaks_of_torch_orders_equal_torch_figures(name):
+    graph = load_graph(GRAPHS / f"{name}.json")
+    for method, names in FIGURES[name]["orders"].items():
+        assert estimate_peak_memory(graph, graph.order_from_names(names)).peak == FIGURES[name]["peak"][method]
+
+
+@settings(max_examples=150, deadline=None)
+@given(spec=graph_specs(), priorities=st.lists(st.integers(0, 1000), max_size=12))
+def test_estimator_matches_brute_force_reference(spec, priorities):
+    graph = build(spec)
+    order = random_order(graph, priorities)
+    timeline = estimate_peak_memory(graph, order)
+    assert timeline.peak == reference_peak(spec, graph.names_of(order))
+    assert estimate_peak_memory_allocfree(graph, order).peak == timeline.peak
+    assert len(timeline.live) == graph.num_nodes + 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(spec=graph_specs(max_nodes=6))
+def test_lower_bound_is_below_every_order(spec):
+    graph = build(spec)
+    best = min(estimate_peak_memory(graph, o).peak for o in all_topological_orders(graph))
+    assert lower_bound(graph) <= best
+
+
+@settings(max_examples=40, deadline=None)
+@given(spec=graph_specs(), priorities=st.lists(st.integers(0, 1000), max_size=12))
+def test_estimator_matches_torch_on_random_graphs(spec, priorities):
+    torch_memory = pytest.importorskip("reorder.torch_memory")
+    graph = build(spec)
+    if any(graph.is_input[b] and graph.freeable[b] and not graph.readers[b] for b in range(graph.num_buffers)):
+        return  # torch only models inputs that some node reads
+    order = random_order(graph, priorities)
+    reference = torch_memory.torch_reference(graph)
+    assert estimate_peak_memory(graph, order).peak == reference.estimate(order)[0]
+    assert list(estimate_peak_memory(graph, order).live) == reference.estimate(order)[1]
+    assert estimate_peak_memory_allocfree(graph, order).peak == reference.estimate_allocfree(order)
