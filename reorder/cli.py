@@ -119,6 +119,60 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     return 0
 
 
+@command
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Slab plan; JSON keys: order, slab_bytes, lower_bound, strategy, buffers [{name, offset, size, start, end}]."""
+    from .planning import plan_memory, plan_orders
+    from .schedulers import reorder_for_peak_memory
+
+    graph = load_graph(args.file)
+    if args.order == "baseline":
+        chosen, plan = "baseline", plan_memory(graph, None, args.strategy, args.alignment, not args.exclude_inputs,
+                                               args.seconds, args.restarts)
+    else:
+        result = reorder_for_peak_memory(graph, _method_list(args.methods))
+        orders = result.orders if args.order == "all" else {result.method: result.order}
+        chosen, plan = plan_orders(graph, orders, args.strategy, args.alignment, not args.exclude_inputs, args.seconds,
+                                   args.restarts)
+    if args.json:
+        print(json.dumps({"graph": graph.name, "order_method": chosen, **plan.to_json()}, indent=1))
+        return 0
+    print(f"{graph.name}: {len(plan.names)} storages, order from {chosen}, strategy {plan.strategy}, "
+          f"alignment {plan.alignment}")
+    print(f"slab {format_bytes(plan.slab_bytes)} ({plan.slab_bytes} B), lower bound {format_bytes(plan.lower_bound)}, "
+          f"ratio {plan.ratio:.4f}; plan validated: no two live buffers share a byte")
+    if args.verbose:
+        rows = [(plan.names[k], plan.offsets[k], plan.sizes[k], plan.starts[k], plan.ends[k]) for k in range(len(plan.names))]
+        print(format_table(["buffer", "offset", "size", "start", "end"], rows))
+    return 0
+
+
+@command
+def cmd_pack(args: argparse.Namespace) -> int:
+    """Pack a CSV instance; JSON keys: slab_bytes, lower_bound, offsets {id: offset}."""
+    import time
+
+    from .planning import live_bytes_bound, load_instance, pack
+    from .planning.slab import SlabPlan
+
+    inst = load_instance(args.file)
+    t0 = time.perf_counter()
+    offsets = pack(inst.starts, inst.ends, inst.sizes, args.strategy, args.seconds, args.restarts)
+    seconds = time.perf_counter() - t0
+    slab = max((o + z for o, z in zip(offsets, inst.sizes)), default=0)
+    bound = live_bytes_bound(inst.starts, inst.ends, inst.sizes)
+    SlabPlan(args.strategy, 1, (), tuple(inst.ids), tuple((i,) for i in inst.ids), tuple(inst.starts),
+             tuple(inst.ends), tuple(inst.sizes), tuple(offsets), slab, bound, {}, (slab, 0)).validate()
+    if args.json:
+        print(json.dumps({"instance": inst.name, "strategy": args.strategy, "buffers": len(inst.ids), "slab_bytes": slab,
+                          "lower_bound": bound, "ratio": slab / bound if bound else 1.0, "seconds": seconds,
+                          "offsets": dict(zip(inst.ids, offsets))}))
+        return 0
+    print(f"{inst.name}: {len(inst.ids)} buffers, slab {slab} B, lower bound {bound} B, "
+          f"ratio {slab / bound if bound else 1.0:.4f}, {seconds:.2f}s ({args.strategy}); valid")
+    return 0
+
+
 BUNDLED_GRAPHS = Path(__file__).resolve().parent / "data" / "graphs"
 
 
@@ -158,6 +212,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.add_argument("--json", action="store_true")
     p.add_argument("--methods", help="comma-separated, e.g. lpmf,bfs,refine (options: 'exact:max_states=10000,refine:window=10')")
+
+    from .planning import STRATEGY_NAMES
+
+    p = sub.add_parser("plan", help="pack every buffer into one slab at static offsets")
+    p.add_argument("file")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--strategy", default="search", choices=STRATEGY_NAMES)
+    p.add_argument("--alignment", type=int, default=64)
+    p.add_argument("--order", default="all", choices=["all", "best", "baseline"],
+                   help="plan every method's order and keep the smallest slab (all), only the lowest-peak order, or the graph's own")
+    p.add_argument("--methods", help="reordering methods whose orders are candidates (as for optimize)")
+    p.add_argument("--seconds", type=float, default=2.0, help="time budget of the search strategy")
+    p.add_argument("--restarts", type=int, help="cap on the search's random restarts (deterministic results)")
+    p.add_argument("--exclude-inputs", action="store_true", help="leave graph inputs to the caller")
+
+    p = sub.add_parser("pack", help="pack an offset instance (CSV id,lower,upper,size)")
+    p.add_argument("file")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--strategy", default="search", choices=STRATEGY_NAMES)
+    p.add_argument("--seconds", type=float, default=10.0, help="time budget of the search strategy")
+    p.add_argument("--restarts", type=int, help="cap on the search's random restarts (deterministic results)")
 
     p = sub.add_parser("demo", help="run everything on a folder of graphs and print a table (default: bundled graphs)")
     p.add_argument("folder", nargs="?", default=str(BUNDLED_GRAPHS))

@@ -67,12 +67,20 @@ class InputSpec:
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """A scheduler node: the buffers it writes, reads, and nodes it must follow."""
+    """A scheduler node: the buffers it writes, reads, and nodes it must follow.
+
+    ``workspace`` is scratch the node needs only while it runs and that other
+    nodes may reuse; ``unique_workspace`` is scratch that is its own for the
+    whole program (AITemplate's two kinds). The slab planner reserves them;
+    Inductor's estimator ignores them.
+    """
 
     name: str
     outputs: Sequence[BufferSpec] = ()
     reads: Sequence[str] = ()
     after: Sequence[str] = ()
+    workspace: Size = 0
+    unique_workspace: Size = 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,7 +99,8 @@ class Graph:
     (buffers kept alive until the node runs, aliases forwarded to roots),
     ``declared_reads`` (as written, which Inductor's DFS walks), ``after``
     (ordering-only predecessors), ``preds`` and ``succs`` (all ordering
-    constraints), ``alloc_size`` (sum of ``size_alloc`` over outputs).
+    constraints), ``alloc_size`` (sum of ``size_alloc`` over outputs),
+    ``workspace`` and ``unique_workspace`` (scratch bytes, see :class:`NodeSpec`).
     """
 
     name: str
@@ -118,6 +127,8 @@ class Graph:
     preds: tuple[tuple[int, ...], ...]
     succs: tuple[tuple[int, ...], ...]
     alloc_size: tuple[int, ...]
+    workspace: tuple[int, ...]
+    unique_workspace: tuple[int, ...]
     node_index: Mapping[str, int] = field(repr=False)
     buffer_index: Mapping[str, int] = field(repr=False)
 
@@ -392,6 +403,10 @@ def build_graph(
         preds=tuple(preds),
         succs=tuple(tuple(s) for s in succ_lists),
         alloc_size=tuple(sum(size_alloc[b] for b in outputs_of[i]) for i in range(n)),
+        workspace=tuple(resolve_size(nd.workspace, hints, f"node {nd.name!r} workspace")[0] for nd in nodes),
+        unique_workspace=tuple(
+            resolve_size(nd.unique_workspace, hints, f"node {nd.name!r} unique_workspace")[0] for nd in nodes
+        ),
         node_index=node_index,
         buffer_index=buffer_index,
     )

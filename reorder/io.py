@@ -212,6 +212,10 @@ def graph_to_dict(graph: Graph) -> dict:
                                 "reads": [names[b] for b in graph.declared_reads[v]]}
         if graph.after[v]:
             node["after"] = [graph.node_names[a] for a in graph.after[v]]
+        if graph.workspace[v]:
+            node["workspace"] = graph.workspace[v]
+        if graph.unique_workspace[v]:
+            node["unique_workspace"] = graph.unique_workspace[v]
         nodes.append(node)
     data: dict[str, Any] = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "name": graph.name}
     if graph.size_hints:
@@ -251,7 +255,8 @@ def graph_from_dict(data: dict) -> Graph:
             if extra:
                 raise GraphError(f"node {nname!r} output #{j}: unknown fields {sorted(extra)}")
             outs.append(BufferSpec(**{"name": _require(out, "name", f"node {nname!r} output #{j}"), **out}))
-        nodes.append(NodeSpec(nname, outputs=outs, reads=entry.get("reads", []), after=entry.get("after", [])))
+        nodes.append(NodeSpec(nname, outputs=outs, reads=entry.get("reads", []), after=entry.get("after", []),
+                              workspace=entry.get("workspace", 0), unique_workspace=entry.get("unique_workspace", 0)))
     return build_graph(nodes, inputs, data.get("outputs", []), name=name, size_hints=data.get("size_hints"))
 
 

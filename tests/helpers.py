@@ -51,7 +51,9 @@ def graph_specs(draw, max_nodes: int = 10):
             if draw(st.integers(0, 4)) == 0:
                 outputs.append(BufferSpec(f"b{v}x", draw(sizes)))
         after = [f"n{u}" for u in draw(st.lists(st.integers(0, v - 1), max_size=2, unique=True))] if v else []
-        nodes.append(NodeSpec(f"n{v}", outputs=outputs, reads=reads, after=after))
+        workspace, unique = (draw(sizes), draw(sizes)) if draw(st.integers(0, 5)) == 0 else (0, 0)
+        nodes.append(NodeSpec(f"n{v}", outputs=outputs, reads=reads, after=after, workspace=workspace,
+                              unique_workspace=unique))
         available += [o.name for o in outputs]
     # A parent nobody splits would be a plain buffer of size 0: give each one a child.
     for p in parents:

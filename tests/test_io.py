@@ -11,7 +11,7 @@ from reorder.io import graph_from_dict, graph_to_dict, graph_to_simulator
 
 FIELDS = ["node_names", "buffer_names", "size", "symbolic_size", "size_alloc", "size_free", "producer", "is_input",
           "freeable", "is_output", "alias_of", "alias_kind", "root", "parent", "readers", "outputs", "reads",
-          "declared_reads", "after", "preds", "succs"]
+          "declared_reads", "after", "preds", "succs", "workspace", "unique_workspace"]
 
 
 def same_graph(a, b):

@@ -34,8 +34,9 @@ class ReorderResult:
     """The chosen order and what every method achieved.
 
     ``peaks`` and ``seconds`` are keyed by method name and include
-    ``"baseline"``. ``optimal`` is True when some method proved the chosen
-    peak cannot be beaten (or it meets ``lower_bound``).
+    ``"baseline"``, and so does ``orders`` (each method's order, for
+    planners that pick among them). ``optimal`` is True when some method
+    proved the chosen peak cannot be beaten (or it meets ``lower_bound``).
     """
 
     order: list[int]
@@ -46,6 +47,7 @@ class ReorderResult:
     lower_bound: int
     optimal: bool
     notes: dict[str, str] = field(default_factory=dict)
+    orders: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def gap(self) -> float:
@@ -87,6 +89,7 @@ def reorder_for_peak_memory(graph: Graph, methods: Iterable | None = None) -> Re
     best_peak = estimate_peak_memory(graph, best_order).peak
     best_method = "baseline"
     peaks = {"baseline": best_peak}
+    orders = {"baseline": list(best_order)}
     seconds = {"baseline": time.perf_counter() - t0}
     notes: dict[str, str] = {}
     optimal = best_peak <= bound
@@ -99,10 +102,11 @@ def reorder_for_peak_memory(graph: Graph, methods: Iterable | None = None) -> Re
         peak = estimate_peak_memory(graph, outcome.order).peak
         seconds[method.name] = time.perf_counter() - t0
         peaks[method.name] = peak
+        orders[method.name] = list(outcome.order)
         if outcome.note:
             notes[method.name] = outcome.note
         log.info("%s peak memory: %d%s", method.name, peak, f" ({outcome.note})" if outcome.note else "")
         if peak < best_peak:
             best_order, best_peak, best_method = outcome.order, peak, method.name
         optimal = optimal or outcome.optimal and peak <= best_peak or best_peak <= bound
-    return ReorderResult(list(best_order), best_peak, best_method, peaks, seconds, bound, optimal, notes)
+    return ReorderResult(list(best_order), best_peak, best_method, peaks, seconds, bound, optimal, notes, orders)

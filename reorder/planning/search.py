@@ -1,0 +1,95 @@
+"""The ``search`` offset strategy: a portfolio, then randomised restarts, within a time budget.
+
+Runs linear scan (fast, so there is an answer however short the budget),
+the deterministic skylines (each rule) while time remains, greedy-by-size
+when its estimated cost fits the budget, then skylines with randomised preferences
+until the budget is spent or a slab equals the live-bytes bound (then
+optimal); the best result gets a final gravity compaction
+(:func:`~reorder.planning.offsets.compact`) if it fits the budget, which
+never makes it worse. The
+smallest slab wins. Results depend on the seed and, through the number of
+restarts, on the budget and the machine's speed; the deterministic portfolio
+runs first, so a larger budget never gives a larger slab.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Callable, Sequence
+
+from .offsets import compact, greedy_by_size, linear_scan, live_bytes_bound, skyline
+
+__all__ = ["search"]
+
+#: seconds per unit of greedy-by-size work (one overlap check), measured on
+#: this project's 2-core machines; used only to skip it when it cannot finish.
+GREEDY_SECONDS_PER_CHECK = 1.2e-6
+
+
+def _greedy_work(starts: Sequence[int], ends: Sequence[int]) -> int:
+    """About how many overlap checks greedy-by-size makes: n times the mean number live."""
+    n = len(starts)
+    if not n:
+        return 0
+    span = max(ends) - min(starts)
+    mean_live = sum(e - s for s, e in zip(starts, ends)) / max(span, 1)
+    return int(n * max(mean_live, 1) * 2)
+
+
+def search(
+    starts: Sequence[int],
+    ends: Sequence[int],
+    sizes: Sequence[int],
+    seconds: float = 1.0,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+    max_restarts: int | None = None,
+) -> list[int]:
+    """Offsets with the smallest slab found within ``seconds`` (and ``max_restarts`` random restarts).
+
+    With ``max_restarts`` and enough ``seconds`` the result is deterministic
+    (for a given ``seed``); ``progress(restarts, slab)`` hears of each improvement.
+    """
+    deadline = time.perf_counter() + seconds
+    bound = live_bytes_bound(starts, ends, sizes)
+    best: list[int] | None = None
+    best_slab = None
+    restarts = 0
+
+    def consider(offsets: list[int]) -> None:
+        nonlocal best, best_slab
+        slab = max((o + z for o, z in zip(offsets, sizes)), default=0)
+        if best_slab is None or slab < best_slab:
+            best, best_slab = offsets, slab
+            if progress is not None:
+                progress(restarts, slab)
+
+    def affordable() -> bool:
+        return _greedy_work(starts, ends) * GREEDY_SECONDS_PER_CHECK < deadline - time.perf_counter()
+
+    consider(linear_scan(starts, ends, sizes))  # O(n log n): something to return, however short the budget
+    last_run = 0.0  # seconds the previous skyline took: do not start one that cannot finish
+
+    def timed_skyline(**kwargs) -> list[int]:
+        nonlocal last_run
+        t0 = time.perf_counter()
+        offsets = skyline(starts, ends, sizes, **kwargs)
+        last_run = time.perf_counter() - t0
+        return offsets
+
+    for rule in ("area", "width", "size"):
+        if best_slab <= bound or time.perf_counter() + last_run > deadline:
+            return best
+        consider(timed_skyline(rule=rule))
+    if best_slab > bound and affordable():
+        consider(greedy_by_size(starts, ends, sizes))
+    rng = random.Random(seed)
+    while best_slab > bound and time.perf_counter() + last_run < deadline:
+        if max_restarts is not None and restarts >= max_restarts:
+            break
+        restarts += 1
+        consider(timed_skyline(rng=rng))
+    if best_slab > bound and affordable():
+        consider(compact(starts, ends, sizes, best))
+    return best

@@ -1,0 +1,131 @@
+"""The slab plan: every storage at a static offset in one allocation, and its proof.
+
+Layout (AITemplate's): ``[tensors][unique workspace 1]...[unique workspace N][shared workspace]``.
+The tensor region is what an offset strategy packed; each node's unique
+workspace follows, in node order; the shared workspace, sized for the
+largest request, comes last. Every offset is a multiple of ``alignment``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from ..errors import PlanError
+
+__all__ = ["SlabPlan"]
+
+
+@dataclass(frozen=True)
+class SlabPlan:
+    """Offsets of every storage, the slab size, and what bounds it.
+
+    Parallel tuples per storage: ``names`` (owner buffer), ``members`` (all
+    buffer names in it), ``starts``/``ends`` (half-open steps), ``sizes``
+    (aligned bytes), ``offsets``. ``lower_bound`` is the largest total of
+    storage live at one step plus the workspace region: no plan with this
+    layout can be smaller.
+    """
+
+    strategy: str
+    alignment: int
+    order: tuple[str, ...]
+    names: tuple[str, ...]
+    members: tuple[tuple[str, ...], ...]
+    starts: tuple[int, ...]
+    ends: tuple[int, ...]
+    sizes: tuple[int, ...]
+    offsets: tuple[int, ...]
+    tensor_bytes: int
+    tensor_bound: int
+    unique_workspace: dict[str, tuple[int, int]]  # node -> (offset, bytes)
+    shared_workspace: tuple[int, int]  # (offset, bytes)
+
+    @property
+    def slab_bytes(self) -> int:
+        return self.shared_workspace[0] + self.shared_workspace[1]
+
+    @property
+    def lower_bound(self) -> int:
+        return self.tensor_bound + (self.slab_bytes - self.tensor_bytes)
+
+    @property
+    def ratio(self) -> float:
+        """Slab over lower bound (1.0 is optimal)."""
+        return self.slab_bytes / self.lower_bound if self.lower_bound else 1.0
+
+    def offset_of(self, buffer: str) -> int:
+        """Offset of ``buffer``'s data (an alias shares its root's)."""
+        for k, group in enumerate(self.members):
+            if buffer in group:
+                return self.offsets[k]
+        raise PlanError(f"buffer {buffer!r} owns no storage in this plan")
+
+    def validate(self) -> None:
+        """Prove the plan sound, or raise :class:`PlanError` naming the culprits.
+
+        Checks: offsets aligned and non-negative; every storage inside the
+        tensor region; and no two storages live at the same step share a
+        byte (one sweep over lifetimes, frees before allocations at a step,
+        each new storage checked against its neighbours by offset among
+        those live).
+        """
+        import bisect
+
+        a = self.alignment
+        for k, name in enumerate(self.names):
+            o, z = self.offsets[k], self.sizes[k]
+            if o < 0 or o % a:
+                raise PlanError(f"buffer {name!r}: offset {o} is not a non-negative multiple of the alignment {a}")
+            if o + z > self.tensor_bytes:
+                raise PlanError(f"buffer {name!r}: [{o}, {o + z}) runs past the tensor region ({self.tensor_bytes} bytes)")
+            if self.starts[k] >= self.ends[k]:
+                raise PlanError(f"buffer {name!r}: empty lifetime [{self.starts[k]}, {self.ends[k]})")
+        events = sorted(
+            [(self.ends[k], 0, k) for k in range(len(self.names))] + [(self.starts[k], 1, k) for k in range(len(self.names))]
+        )
+        live: list[tuple[int, int]] = []  # (offset, k), sorted by offset; pairwise disjoint
+        for step, kind, k in events:
+            key = (self.offsets[k], k)
+            if kind == 0:
+                live.pop(bisect.bisect_left(live, key))
+                continue
+            pos = bisect.bisect_left(live, key)
+            for j in (pos - 1, pos):
+                if 0 <= j < len(live) and self.sizes[k] and self.sizes[live[j][1]]:
+                    other = live[j][1]
+                    lo = max(self.offsets[k], self.offsets[other])
+                    hi = min(self.offsets[k] + self.sizes[k], self.offsets[other] + self.sizes[other])
+                    if lo < hi:
+                        raise PlanError(
+                            f"buffers {self.names[other]!r} and {self.names[k]!r} share bytes [{lo}, {hi}) "
+                            f"while both are live at step {step}"
+                        )
+            live.insert(pos, key)
+        end = self.tensor_bytes
+        for node, (o, z) in self.unique_workspace.items():
+            if o != end or o % a:
+                raise PlanError(f"node {node!r}: unique workspace at {o}, expected {end} (aligned to {a})")
+            end += z
+        if self.shared_workspace[0] != end:
+            raise PlanError(f"shared workspace at {self.shared_workspace[0]}, expected {end}")
+
+    def to_json(self) -> dict:
+        """The ``plan`` CLI object: order, slab_bytes, lower_bound, strategy, buffers [...]."""
+        return {
+            "strategy": self.strategy,
+            "alignment": self.alignment,
+            "order": list(self.order),
+            "slab_bytes": self.slab_bytes,
+            "lower_bound": self.lower_bound,
+            "ratio": self.ratio,
+            "tensor_bytes": self.tensor_bytes,
+            "buffers": [
+                {"name": self.names[k], "offset": self.offsets[k], "size": self.sizes[k], "start": self.starts[k],
+                 "end": self.ends[k], "aliases": [m for m in self.members[k] if m != self.names[k]]}
+                for k in range(len(self.names))
+            ],
+            "workspace": {
+                "unique": {node: {"offset": o, "size": z} for node, (o, z) in self.unique_workspace.items()},
+                "shared": {"offset": self.shared_workspace[0], "size": self.shared_workspace[1]},
+            },
+        }
+
