@@ -1,0 +1,122 @@
+"""The slab runtime: real programs in one planned allocation, equal to eager, and the verifier."""
+
+import pytest
+import torch
+from torch import nn
+
+from benchmarks.zoo import make
+from reorder import PlanError
+from reorder.runtime import capture, slab_module
+from reorder.runtime.executor import out_variant
+
+
+@pytest.mark.parametrize("name", ["inception", "resnet", "transformer", "densenet"])
+def test_models_run_in_the_slab_equal_to_eager(name):
+    model, inputs = make(name)
+    model.eval()
+    with torch.no_grad():
+        expected = model(*inputs)
+    run = slab_module(model, *inputs, seconds=0.2)
+    for _ in range(3):  # the slab is reused across calls
+        assert torch.equal(run(*inputs), expected)
+    assert run.plan.slab_bytes == run.plan.lower_bound
+    run.plan.validate()
+
+
+@pytest.mark.parametrize("name, temporaries", [("inception", 0), ("resnet", 0), ("transformer", 16384)])
+def test_measured_allocation_is_the_slab(name, temporaries):
+    """Every storage an aten op creates during the call is recorded; only ops without out= make any."""
+    model, inputs = make(name)
+    model.eval()
+    run = slab_module(model, *inputs, seconds=0.2)
+    measured = run.measure(*inputs)
+    assert measured["slab_bytes"] == run.slab.untyped_storage().nbytes()
+    assert measured["largest_temporary_bytes"] == temporaries
+    if temporaries:
+        assert {op for op, _ in measured["temporaries"]} <= {"aten._scaled_dot_product_flash_attention_for_cpu.default"}
+
+
+def test_new_inputs_and_output_structure():
+    model, (x,) = make("resnet")
+    model.eval()
+    run = slab_module(model, x, seconds=0.2)
+    other = torch.randn_like(x)
+    with torch.no_grad():
+        assert torch.equal(run(other), model(other))
+    with pytest.raises(Exception, match="expected 1 inputs, got 2"):
+        run(x, x)
+
+    class TwoHeads(nn.Module):
+        def forward(self, x):
+            y = torch.relu(x).clone()
+            y.mul_(2)  # an in-place op: its readers must follow it, earlier readers precede it
+            return torch.max(y, 1), y.chunk(2, 1)[1] + x[:, :3]
+
+    x = torch.randn(4, 6)
+    run = slab_module(TwoHeads(), x, verify=True)
+    got, expected = run(x), TwoHeads()(x)
+    assert type(got[0]) is type(expected[0])  # torch.return_types.max, as eager returns
+    assert torch.equal(got[0].values, expected[0].values) and torch.equal(got[1], expected[1])
+
+
+def test_capture_models_views_and_mutations():
+    class M(nn.Module):
+        def forward(self, x):
+            a = x.exp()
+            b = a.view(-1)
+            a.add_(1)
+            return b.sum() + a.mean()
+
+    graph = capture(M(), torch.randn(3, 4)).graph
+    kinds = {graph.buffer_names[b]: graph.alias_kind[b] for b in range(graph.num_buffers) if graph.alias_of[b] is not None}
+    assert kinds == {"view": "view", "add_": "mutation"}
+    add_ = graph.node_index["add_"]
+    assert graph.node_index["view"] in graph.after[add_]  # write after read
+    assert add_ in graph.after[graph.node_index["mean"]]  # read after write
+
+
+def test_out_variants():
+    assert out_variant(torch.ops.aten.addmm.default)[1] == ("out",)
+    assert out_variant(torch.ops.aten.max.dim)[1] == ("max", "max_values")
+    assert out_variant(torch.ops.aten.view.default) is None  # a view writes nothing
+
+
+def test_verifier_catches_a_plan_that_shares_live_bytes():
+    model, inputs = make("inception")
+    model.eval()
+    run = slab_module(model, *inputs, seconds=0.2, verify=True)
+    plan = run.plan
+    # Break it: give the storage live longest the offset of another storage live at the same time.
+    k = max(range(len(plan.names)), key=lambda i: plan.ends[i] - plan.starts[i])
+    j = next(i for i in range(len(plan.names)) if i != k and plan.starts[i] > plan.starts[k]
+             and plan.starts[i] < plan.ends[k] - 1 and plan.sizes[i] <= plan.sizes[k])
+    offsets = list(plan.offsets)
+    offsets[j] = offsets[k]
+    broken = type(plan)(**{**plan.__dict__, "offsets": tuple(offsets)})
+    with pytest.raises(PlanError, match="share bytes"):
+        broken.validate()
+    run.plan = broken
+    run._views = {name: run._view(name) for name in broken.names}
+    with pytest.raises(PlanError) as err:
+        run(*inputs)
+    message = str(err.value)
+    assert f"overwrote at step" in message and repr(plan.names[j]) in message
+    assert "reads buffer" in message and message.startswith("node '")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_slab_and_max_memory_allocated():
+    model, inputs = make("resnet")
+    model = model.eval().cuda()
+    inputs = tuple(x.cuda() for x in inputs)
+    run = slab_module(model, *inputs, seconds=0.2)
+    with torch.no_grad():
+        expected = model(*inputs)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    got = run(*inputs)
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - before
+    torch.testing.assert_close(got, expected)
+    assert extra <= 0.05 * run.plan.slab_bytes + run.last_call.output_bytes + (1 << 20)
