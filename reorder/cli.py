@@ -173,6 +173,37 @@ def cmd_pack(args: argparse.Namespace) -> int:
     return 0
 
 
+@command
+def cmd_capture(args: argparse.Namespace) -> int:
+    """Run a script with the Inductor hook on; write every compiled graph and Inductor's figures to --out."""
+    import runpy
+
+    from . import inductor
+
+    script = Path(args.script)
+    if not script.exists():
+        raise ReorderError(f"no such script: {script}")
+    rest = list(args.script_args)
+    if "--out" in rest:  # accepted after the script too
+        i = rest.index("--out")
+        if i + 1 >= len(rest):
+            raise ReorderError("--out needs a folder")
+        args.out = rest[i + 1]
+        del rest[i:i + 2]
+    args.script_args = rest
+    out = Path(args.out)
+    before = len(inductor.reports)
+    sys.argv = [str(script), *args.script_args]
+    with inductor.use(capture_dir=out):
+        runpy.run_path(str(script), run_name="__main__")
+    captured = inductor.reports[before:]
+    rows = [(r["graph"], r["nodes"], r["inductor"]["baseline"], min(r["inductor"].values()), r["peak"], r["method"])
+            for r in captured]
+    print(format_table(["graph", "nodes", "Inductor baseline", "Inductor best", "ours", "method"], rows))
+    print(f"wrote {len(captured)} graphs and inductor-figures.json to {out}")
+    return 0
+
+
 BUNDLED_GRAPHS = Path(__file__).resolve().parent / "data" / "graphs"
 
 
@@ -233,6 +264,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", default="search", choices=STRATEGY_NAMES)
     p.add_argument("--seconds", type=float, default=10.0, help="time budget of the search strategy")
     p.add_argument("--restarts", type=int, help="cap on the search's random restarts (deterministic results)")
+
+    p = sub.add_parser("capture", help="run a script with the Inductor hook and save its graphs")
+    p.add_argument("script")
+    p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    p.add_argument("--out", default="captured", help="folder for the graphs (default: ./captured)")
 
     p = sub.add_parser("demo", help="run everything on a folder of graphs and print a table (default: bundled graphs)")
     p.add_argument("folder", nargs="?", default=str(BUNDLED_GRAPHS))
