@@ -204,29 +204,71 @@ def cmd_capture(args: argparse.Namespace) -> int:
     return 0
 
 
+@command
+def cmd_plot(args: argparse.Namespace) -> int:
+    """Live bytes per step (baseline vs the chosen order) and the slab layout, in one PNG."""
+    from .planning import plan_orders
+    from .plot import plot_graph
+    from .schedulers import reorder_for_peak_memory
+
+    graph = load_graph(args.file)
+    result = reorder_for_peak_memory(graph, _method_list(args.methods))
+    method, plan = plan_orders(graph, result.orders, seconds=args.seconds)
+    out = plot_graph(graph, list(range(graph.num_nodes)), result.order, result.method, plan, args.out, result.lower_bound)
+    print(f"wrote {out}: peak {result.peaks['baseline']} -> {result.peak} ({result.method}), "
+          f"slab {plan.slab_bytes} (order of {method})")
+    return 0
+
+
 BUNDLED_GRAPHS = Path(__file__).resolve().parent / "data" / "graphs"
 
 
 @command
 def cmd_demo(args: argparse.Namespace) -> int:
-    """End to end on a folder of graphs (default: the bundled ones): estimate, reorder, print a table."""
-    rows = []
-    for path in graph_files(args.folder):
+    """End to end on a folder of graphs (default: the bundled ones): reorder, plan the slab, table, plots."""
+    from .planning import plan_orders
+    from .schedulers import reorder_for_peak_memory
+
+    out = Path(args.out)
+    plots = True
+    try:
+        from .plot import plot_graph
+
+        out.mkdir(parents=True, exist_ok=True)
+    except ReorderError as exc:
+        plots = False
+        print(f"(no plots: {exc})", file=sys.stderr)
+    rows, records = [], []
+    files = graph_files(args.folder)
+    for k, path in enumerate(files, 1):
         graph = load_graph(path)
-        record = optimize_record(graph, None)
-        peaks = record["methods"]
+        result = reorder_for_peak_memory(graph)
+        plan_method, plan = plan_orders(graph, result.orders, seconds=args.seconds)
+        peaks = result.peaks
         inductor = min(peaks[m] for m in ("baseline", "lpmf", "bfs", "dfs"))
-        ours = record["best"]["peak"]
+        saved = inductor - result.peak
+        if plots:
+            plot_graph(graph, list(range(graph.num_nodes)), result.order, result.method, plan,
+                       out / f"{graph.name}.png", result.lower_bound)
         rows.append((
-            graph.name, graph.num_nodes, format_bytes(peaks["baseline"]), format_bytes(inductor), format_bytes(ours),
-            f"{format_bytes(inductor - ours)} ({100 * (inductor - ours) / inductor:.2f}%)" if inductor else "-",
-            record["best"]["method"],
-            format_bytes(record["lower_bound"]), "yes" if record["optimal"] else f"{100 * record['gap']:.1f}% gap",
-            f"{sum(record['seconds'].values()) * 1000:.0f}",
+            graph.name, graph.num_nodes, format_bytes(peaks["baseline"]), format_bytes(inductor),
+            format_bytes(result.peak), f"{format_bytes(saved)} ({100 * saved / inductor:.2f}%)" if inductor else "-",
+            result.method, "yes" if result.optimal else f"{100 * result.gap:.1f}% gap",
+            format_bytes(plan.slab_bytes), f"{plan.ratio:.4f}", f"{sum(result.seconds.values()) * 1000:.0f}",
         ))
-        print(f"  {graph.name}: {format_bytes(ours)} ({record['best']['method']})", file=sys.stderr, flush=True)
-    print(format_table(["graph", "nodes", "baseline", "Inductor best", "ours", "saved", "method", "lower bound",
-                        "optimal", "ms"], rows))
+        records.append({"graph": graph.name, "nodes": graph.num_nodes, "inductor_best": inductor, "ours": result.peak,
+                        "method": result.method, "lower_bound": result.lower_bound, "optimal": result.optimal,
+                        "slab_bytes": plan.slab_bytes, "slab_lower_bound": plan.lower_bound, "peaks": peaks})
+        print(f"\r[{k}/{len(files)}] {graph.name}".ljust(60), end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    print(format_table(["graph", "nodes", "baseline", "Inductor best", "ours", "saved", "method", "optimal",
+                        "slab", "slab/bound", "ms"], rows))
+    never_worse = all(r["ours"] <= r["inductor_best"] for r in records)
+    lower = sum(r["ours"] < r["inductor_best"] for r in records)
+    print(f"\nours <= Inductor's best on every graph: {never_worse}; lower on {lower} of {len(records)}.")
+    if plots:
+        (out / "demo.json").write_text(json.dumps(records, indent=1) + "\n")
+        print(f"plots (live bytes per step, slab layout) and demo.json in {out}/")
     return 0
 
 
@@ -265,13 +307,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=float, default=10.0, help="time budget of the search strategy")
     p.add_argument("--restarts", type=int, help="cap on the search's random restarts (deterministic results)")
 
+    p = sub.add_parser("plot", help="draw live bytes per step and the slab layout (needs matplotlib)")
+    p.add_argument("file")
+    p.add_argument("--out", required=True, help="PNG file to write")
+    p.add_argument("--methods", help="reordering methods (as for optimize)")
+    p.add_argument("--seconds", type=float, default=1.0, help="time budget of the slab search")
+
     p = sub.add_parser("capture", help="run a script with the Inductor hook and save its graphs")
     p.add_argument("script")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     p.add_argument("--out", default="captured", help="folder for the graphs (default: ./captured)")
 
-    p = sub.add_parser("demo", help="run everything on a folder of graphs and print a table (default: bundled graphs)")
-    p.add_argument("folder", nargs="?", default=str(BUNDLED_GRAPHS))
+    p = sub.add_parser("demo", help="reorder and plan every graph in a folder, print a table, draw plots")
+    p.add_argument("folder", nargs="?", default=str(BUNDLED_GRAPHS), help="default: the bundled Inductor graphs")
+    p.add_argument("--out", default="demo-out", help="folder for the plots (default: ./demo-out)")
+    p.add_argument("--seconds", type=float, default=0.5, help="slab search budget per order set")
 
     return parser
 
