@@ -22,11 +22,6 @@ from .synthetic import layered_graph
 DATA = Path(__file__).resolve().parent.parent / "data" / "offset-benchmarks"
 
 
-def validate(inst, offsets, slab) -> None:
-    SlabPlan("bench", 1, (), tuple(inst.ids), tuple((i,) for i in inst.ids), tuple(inst.starts), tuple(inst.ends),
-             tuple(inst.sizes), tuple(offsets), slab, 0, {}, (slab, 0)).validate()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="search budget per instance")
@@ -46,8 +41,9 @@ def main() -> None:
                 t0 = time.perf_counter()
                 offsets = pack(inst.starts, inst.ends, inst.sizes, strategy, args.seconds)
                 seconds = time.perf_counter() - t0
-                slab = max(o + z for o, z in zip(offsets, inst.sizes))
-                validate(inst, offsets, slab)
+                plan = SlabPlan.of_intervals(inst.ids, inst.starts, inst.ends, inst.sizes, offsets, strategy)
+                plan.validate()
+                slab = plan.slab_bytes
                 logs[strategy].append(math.log(slab / capacity))
                 cells.append(f"{slab / capacity:7.4f} {seconds:6.1f}s")
             print(f"{path.stem:>16} {len(inst.ids):>7} " + " ".join(f"{c:>16}" for c in cells), flush=True)

@@ -28,6 +28,7 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 from reorder import load_graph
@@ -53,6 +54,7 @@ def capture(model: str, mode: str, batch: int, cache: Path) -> list[str]:
     from reorder import inductor
 
     config.force_disable_caches = True
+    warnings.filterwarnings("ignore", message="dynamo_pgo force disabled")  # we disable caches on purpose
     torch._dynamo.reset()
     net, inputs = make(model, batch)
     with tempfile.TemporaryDirectory() as tmp:

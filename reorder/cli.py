@@ -152,17 +152,16 @@ def cmd_pack(args: argparse.Namespace) -> int:
     """Pack a CSV instance; JSON keys: slab_bytes, lower_bound, offsets {id: offset}."""
     import time
 
-    from .planning import live_bytes_bound, load_instance, pack
+    from .planning import load_instance, pack
     from .planning.slab import SlabPlan
 
     inst = load_instance(args.file)
     t0 = time.perf_counter()
     offsets = pack(inst.starts, inst.ends, inst.sizes, args.strategy, args.seconds, args.restarts)
     seconds = time.perf_counter() - t0
-    slab = max((o + z for o, z in zip(offsets, inst.sizes)), default=0)
-    bound = live_bytes_bound(inst.starts, inst.ends, inst.sizes)
-    SlabPlan(args.strategy, 1, (), tuple(inst.ids), tuple((i,) for i in inst.ids), tuple(inst.starts),
-             tuple(inst.ends), tuple(inst.sizes), tuple(offsets), slab, bound, {}, (slab, 0)).validate()
+    plan = SlabPlan.of_intervals(inst.ids, inst.starts, inst.ends, inst.sizes, offsets, args.strategy)
+    plan.validate()
+    slab, bound = plan.slab_bytes, plan.lower_bound
     if args.json:
         print(json.dumps({"instance": inst.name, "strategy": args.strategy, "buffers": len(inst.ids), "slab_bytes": slab,
                           "lower_bound": bound, "ratio": slab / bound if bound else 1.0, "seconds": seconds,

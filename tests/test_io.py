@@ -37,7 +37,7 @@ def test_simulator_reader_recovers_renames_and_multi_outputs():
     assert graph.parent[graph.buffer_index["buf31"]] == graph.buffer_index["buf29"]
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80)
 @given(spec=graph_specs())
 def test_own_format_round_trips_every_feature(spec):
     graph = build(spec)

@@ -21,7 +21,7 @@ def test_ports_reproduce_torch_orders(name, method):
     assert graph.names_of(PORTS[method](graph)) == FIGURES[name]["orders"][f"topological_sort_{method}"]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(spec=graph_specs(max_nodes=12))
 def test_ports_match_torch_functions_on_random_graphs(spec):
     torch_memory = pytest.importorskip("reorder.torch_memory")
@@ -61,7 +61,7 @@ def test_no_recursion_on_a_100k_chain():
     assert estimate_peak_memory(graph, dfs_order(graph)).peak == 16
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80)
 @given(spec=graph_specs(max_nodes=7))
 def test_exact_finds_the_brute_force_optimum_and_refine_never_worsens(spec):
     graph = build(spec)

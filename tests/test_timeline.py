@@ -22,7 +22,7 @@ def test_peaks_of_torch_orders_equal_torch_figures(name):
         assert estimate_peak_memory(graph, graph.order_from_names(names)).peak == FIGURES[name]["peak"][method]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(spec=graph_specs(), priorities=st.lists(st.integers(0, 1000), max_size=12))
 def test_estimator_matches_brute_force_reference(spec, priorities):
     graph = build(spec)
@@ -33,7 +33,7 @@ def test_estimator_matches_brute_force_reference(spec, priorities):
     assert len(timeline.live) == graph.num_nodes + 1
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(spec=graph_specs(max_nodes=6))
 def test_lower_bound_is_below_every_order(spec):
     graph = build(spec)
@@ -41,7 +41,7 @@ def test_lower_bound_is_below_every_order(spec):
     assert lower_bound(graph) <= best
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(spec=graph_specs(), priorities=st.lists(st.integers(0, 1000), max_size=12))
 def test_estimator_matches_torch_on_random_graphs(spec, priorities):
     torch_memory = pytest.importorskip("reorder.torch_memory")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from ..errors import PlanError
+from .offsets import live_bytes_bound
 
 __all__ = ["SlabPlan"]
 
@@ -38,6 +39,13 @@ class SlabPlan:
     tensor_bound: int
     unique_workspace: dict[str, tuple[int, int]]  # node -> (offset, bytes)
     shared_workspace: tuple[int, int]  # (offset, bytes)
+
+    @classmethod
+    def of_intervals(cls, names, starts, ends, sizes, offsets, strategy: str = "manual") -> "SlabPlan":
+        """A plan of bare intervals (an offset-packing instance): no order, no workspaces, alignment 1."""
+        top = max((o + z for o, z in zip(offsets, sizes)), default=0)
+        return cls(strategy, 1, (), tuple(names), tuple((n,) for n in names), tuple(starts), tuple(ends),
+                   tuple(sizes), tuple(offsets), top, live_bytes_bound(starts, ends, sizes), {}, (top, 0))
 
     @property
     def slab_bytes(self) -> int:

@@ -1,0 +1,15 @@
+"""Test configuration: hypothesis runs the same examples every time (CI must not be a lottery).
+
+``HYPOTHESIS_PROFILE=explore`` draws fresh random examples on every run, to hunt for bugs.
+"""
+
+import os
+import warnings
+
+from hypothesis import settings
+
+settings.register_profile("default", derandomize=True, database=None, deadline=None)
+settings.register_profile("explore", deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+warnings.filterwarnings("ignore", message="dynamo_pgo force disabled")
