@@ -12,21 +12,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 from reorder import estimate_peak_memory
 from reorder.schedulers import bfs_order, dfs_order, lpmf_order
 from reorder.torch_memory import torch_reference
 
 from .synthetic import layered_graph
+from .timing import timed
 
 OURS = {"lpmf": lpmf_order, "bfs": bfs_order, "dfs": dfs_order}
-
-
-def timed(fn):
-    t0 = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t0
 
 
 def main() -> None:

@@ -40,6 +40,7 @@ from reorder.torch_memory import torch_reference
 
 from .progress import progress
 from .synthetic import layered_graph
+from .timing import timed
 from .zoo import MODELS, make
 
 HERE = Path(__file__).resolve().parent
@@ -136,30 +137,22 @@ def scaling(sizes: list[int], torch_limit: float) -> list[dict]:
         reference = torch_reference(graph)
         row = {"shape": shape, "nodes": graph.num_nodes}
         for method, fn in ours.items():
-            t0 = time.perf_counter()
-            order = fn(graph)
-            row[f"ours_{method}"] = time.perf_counter() - t0
+            order, row[f"ours_{method}"] = timed(lambda: fn(graph))
             previous = last_torch.get((shape, method))
             projected = previous[1] * (n / previous[0]) ** 2 if previous else 0.0
             if projected > torch_limit:
                 row[f"torch_{method}"] = None
                 continue
             sys.setrecursionlimit(max(sys.getrecursionlimit(), 4 * n + 1000))
-            t0 = time.perf_counter()
             try:
-                theirs = reference.method(method)()
-                row[f"torch_{method}"] = time.perf_counter() - t0
+                theirs, row[f"torch_{method}"] = timed(reference.method(method))
                 last_torch[(shape, method)] = (n, row[f"torch_{method}"])
                 row[f"same_{method}"] = theirs == order
             except RecursionError:
                 row[f"torch_{method}"] = None
                 row[f"same_{method}"] = "RecursionError"
-        t0 = time.perf_counter()
-        estimate_peak_memory(graph)
-        row["ours_estimate"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        reference.estimate()
-        row["torch_estimate"] = time.perf_counter() - t0
+        row["ours_estimate"] = timed(lambda: estimate_peak_memory(graph))[1]
+        row["torch_estimate"] = timed(reference.estimate)[1]
         rows.append(row)
     return rows
 

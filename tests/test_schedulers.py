@@ -36,6 +36,36 @@ def test_ports_match_torch_functions_on_random_graphs(spec):
             assert lpmf_order(graph, threshold) == reference.method("lpmf")()
 
 
+@settings(max_examples=60)
+@given(spec=graph_specs(max_nodes=12))
+def test_lpmf_segment_tree_path_matches_torch(spec):
+    """The tree that serves wide ready sets, forced on for every random graph."""
+    torch_memory = pytest.importorskip("reorder.torch_memory")
+    from torch._inductor import config
+
+    from reorder.schedulers import lpmf as lpmf_module
+
+    graph = build(spec)
+    reference = torch_memory.torch_reference(graph)
+    saved = lpmf_module.TREE_ABOVE, lpmf_module.TREE_BELOW
+    lpmf_module.TREE_ABOVE, lpmf_module.TREE_BELOW = -1, -1
+    try:
+        assert lpmf_order(graph) == reference.method("lpmf")()
+        with config.patch(size_threshold_for_succ_based_strategy=200):
+            assert lpmf_order(graph, 200) == reference.method("lpmf")()
+    finally:
+        lpmf_module.TREE_ABOVE, lpmf_module.TREE_BELOW = saved
+
+
+def test_lpmf_on_a_wide_graph_matches_torch():
+    torch_memory = pytest.importorskip("reorder.torch_memory")
+    from benchmarks.synthetic import layered_graph
+
+    for fan_in in (1, 2):
+        graph = layered_graph(2000, 200, fan_in=fan_in)  # about 200 ready nodes: the tree path
+        assert lpmf_order(graph) == torch_memory.torch_reference(graph).method("lpmf")()
+
+
 @pytest.mark.parametrize("name", ["resnet18_train_1", "gpt_train_1"])
 def test_lpmf_successor_strategy_matches_torch(name):
     torch_memory = pytest.importorskip("reorder.torch_memory")

@@ -24,6 +24,10 @@ With ``size_threshold > 0`` and every ready node larger than it, Inductor
 switches to a successor-based rule: pick the node whose earliest successor
 (by index) comes first, ties to the node that became ready first. That is a
 lazy heap keyed by ``(earliest successor, arrival)``.
+
+While only a few nodes are ready (narrow graphs), keeping the tree costs
+more than scanning them: the ready set is then a plain set scanned with
+Inductor's own key, and moves into the tree only when it grows.
 """
 
 from __future__ import annotations
@@ -37,6 +41,11 @@ from ..graph import Graph
 from .base import register, simple
 
 __all__ = ["lpmf_order", "Lpmf"]
+
+# The ready set moves into the segment tree when it grows past TREE_ABOVE
+# nodes and back out below TREE_BELOW (hysteresis keeps it from flapping).
+TREE_ABOVE = 48
+TREE_BELOW = 16
 
 
 def lpmf_order(graph: Graph, size_threshold: int = 0) -> list[int]:
@@ -108,15 +117,24 @@ def lpmf_order(graph: Graph, size_threshold: int = 0) -> list[int]:
         return i - width
 
     indegree = [len(p) for p in graph.preds]
-    is_ready = [False] * n
+    ready: set[int] = set()
+    use_tree = False  # while few nodes are ready, a direct scan beats the tree's upkeep
     succ_heap: list[tuple[int, int, int]] = []
     first_succ = [min(graph.succs[v], default=n) for v in range(n)] if size_threshold > 0 else []
     arrivals = 0
 
+    def key(v: int) -> int:
+        return (size[v] - to_free[v]) * n + v
+
     def make_ready(v: int) -> None:
-        nonlocal arrivals
-        is_ready[v] = True
-        put(v, (size[v] - to_free[v]) * n + v)
+        nonlocal arrivals, use_tree
+        ready.add(v)
+        if use_tree:
+            put(v, key(v))
+        elif len(ready) > TREE_ABOVE:
+            use_tree = True
+            for u in ready:
+                put(u, key(u))
         if size_threshold > 0:
             heapq.heappush(succ_heap, (first_succ[v], arrivals, v))
             arrivals += 1
@@ -126,20 +144,27 @@ def lpmf_order(graph: Graph, size_threshold: int = 0) -> list[int]:
             make_ready(v)
 
     order: list[int] = []
-    while len(order) < n and tree[1] < inf:
-        smallest = sorted_sizes[leftmost_ready()]
+    while ready:
+        smallest = sorted_sizes[leftmost_ready()] if use_tree else min(size[v] for v in ready)
         if size_threshold > 0 and smallest > size_threshold:
-            while not is_ready[succ_heap[0][2]]:
+            while succ_heap[0][2] not in ready:
                 heapq.heappop(succ_heap)
             chosen = heapq.heappop(succ_heap)[2]
+        elif not use_tree:
+            chosen = min(ready, key=lambda v: (size[v] if size[v] > gap else 0, size[v] - to_free[v], v))
         else:
             fits = bisect_right(sorted_sizes, gap)
             best = range_min(0, fits)
             if best == inf:
                 best = range_min(bisect_left(sorted_sizes, smallest), bisect_right(sorted_sizes, smallest))
             chosen = best % n
-        is_ready[chosen] = False
-        put(chosen, inf)
+        ready.discard(chosen)
+        if use_tree:
+            put(chosen, inf)
+            if len(ready) < TREE_BELOW:
+                use_tree = False
+                for u in ready:
+                    put(u, inf)
         order.append(chosen)
 
         live += size[chosen]
@@ -157,8 +182,8 @@ def lpmf_order(graph: Graph, size_threshold: int = 0) -> list[int]:
             if outdegree[b] == 1:
                 for r in readers[b]:
                     to_free[r] += size_free[b]
-                    if is_ready[r]:
-                        put(r, (size[r] - to_free[r]) * n + r)
+                    if use_tree and r in ready:
+                        put(r, key(r))
     return order
 
 
