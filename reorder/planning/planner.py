@@ -8,7 +8,6 @@ always pack best.
 
 from __future__ import annotations
 
-import time
 from typing import Mapping, Sequence
 
 from ..errors import PlanError
@@ -102,7 +101,7 @@ def plan_orders(
 ) -> tuple[str, SlabPlan]:
     """Plan each candidate order, return ``(name, plan)`` of the smallest slab (ties: first given).
 
-    Identical orders are planned once; ``seconds`` is shared among them.
+    Identical orders are planned once; ``seconds`` is shared equally among them.
     """
     unique_orders: dict[tuple[int, ...], str] = {}
     for name, order in orders.items():
@@ -112,9 +111,7 @@ def plan_orders(
     share = seconds / len(unique_orders)
     best: tuple[str, SlabPlan] | None = None
     for order, name in unique_orders.items():
-        t0 = time.perf_counter()
         plan = plan_memory(graph, order, strategy, alignment, include_inputs, share, restarts)
-        share += max(0.0, seconds / len(unique_orders) - (time.perf_counter() - t0)) / max(1, len(unique_orders))
         if best is None or plan.slab_bytes < best[1].slab_bytes:
             best = (name, plan)
     return best
