@@ -31,10 +31,10 @@ def command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Names
 
 
 def graph_files(path: str) -> list[Path]:
-    """The JSON graph files at ``path``: the file itself, or every ``*.json`` graph in a folder."""
+    """The JSON graph files at ``path``: the file itself, or every ``*.json`` in a folder but figure files."""
     p = Path(path)
     if p.is_dir():
-        files = sorted(f for f in p.glob("*.json") if not f.name.startswith("torch-"))
+        files = sorted(f for f in p.glob("*.json") if "figures" not in f.name)
         if not files:
             raise ReorderError(f"no graph files (*.json) in {p}")
         return files
@@ -273,7 +273,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reorder", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="store_true", help="log each method's peak (INFO on the 'reorder' logger)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log each method's peak (INFO on the 'reorder' logger); with plan, list every buffer")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("estimate", help="peak memory of a graph's own order (file or folder of graphs)")

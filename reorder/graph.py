@@ -371,8 +371,6 @@ def build_graph(
     for i in range(n):
         seq = [r for b in outputs_of[i] for r in readers[b] if r != i] + after_succ[i]
         succ_lists[i] = list(_unique_in_order(seq))
-    # A read of an alias adds an edge from the root's producer that the succ
-    # lists above already hold, since ``readers`` is forwarded. Nothing else to add.
 
     is_output = [False] * nb
     for o in outputs:

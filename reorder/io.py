@@ -272,10 +272,7 @@ def load_graph(path: str | Path, name: str | None = None) -> Graph:
     if not isinstance(data, dict):
         raise GraphError(f"{path}: expected a JSON object at the top level")
     if data.get("format") == FORMAT_NAME:
-        graph = graph_from_dict(data)
-        if name is not None:
-            graph = graph_from_dict({**data, "name": name})
-        return graph
+        return graph_from_dict(data if name is None else {**data, "name": name})
     if "nodes" in data and "buffers" in data:
         return graph_from_simulator(data, name=name or path.stem)
     raise GraphError(f"{path}: neither a {FORMAT_NAME} file nor torch's simulator format (no 'nodes'/'buffers')")

@@ -138,7 +138,7 @@ class SlabModule:
         env: dict[str, Any] = {p.name: v for p, v in zip(placeholders, values)}
         stats = CallStats()
         no_out: list[str] = []
-        verifier = LifecycleVerifier(self.plan, self.slab, cap.graph) if self.verify else None
+        verifier = LifecycleVerifier(self.plan, self.slab) if self.verify else None
         graph = cap.graph
         meter = self._meter
         with torch.no_grad(), (meter if meter is not None else contextlib.nullcontext()):
@@ -148,7 +148,7 @@ class SlabModule:
                     verifier.before(step, graph.node_names[v], [graph.buffer_names[b] for b in graph.declared_reads[v]])
                 env[node.name] = self._run(node, env, stats, no_out)
                 if verifier is not None:
-                    verifier.after(step, graph.node_names[v])
+                    verifier.after(step)
             output = next(n for n in cap.gm.graph.nodes if n.op == "output")
             flat = [env[a.name] if isinstance(a, torch.fx.Node) else a for a in output.args[0]]
         if self.copy_outputs:

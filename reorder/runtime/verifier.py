@@ -19,7 +19,6 @@ from __future__ import annotations
 import torch
 
 from ..errors import PlanError
-from ..graph import Graph
 from ..planning import SlabPlan
 
 __all__ = ["LifecycleVerifier", "POISON"]
@@ -28,15 +27,14 @@ POISON = 0xFF
 
 
 class LifecycleVerifier:
-    def __init__(self, plan: SlabPlan, slab: torch.Tensor, graph: Graph):
+    def __init__(self, plan: SlabPlan, slab: torch.Tensor):
         self.plan = plan
         self.slab = slab
-        self.graph = graph
         self.storage_of = {}
         for k, group in enumerate(plan.members):
             for name in group:
                 self.storage_of[name] = k
-        self.written_at = {}  # storage -> step its producer ran
+        self.written: set[int] = set()  # storages whose producer has run and that are not released
         self.clobbered = {}  # storage -> (storage that overwrote it, step)
         self.ending = {}  # last step -> storages released after it (graph outputs never are)
         for k in range(len(plan.names)):
@@ -50,6 +48,7 @@ class LifecycleVerifier:
         return self.plan.offsets[k], self.plan.offsets[k] + self.plan.sizes[k]
 
     def before(self, step: int, node: str, reads: list[str]) -> None:
+        """Every buffer ``node`` reads must be live in the plan and still hold its own bytes."""
         for buffer in reads:
             k = self.storage_of.get(buffer)
             if k is None:
@@ -67,18 +66,19 @@ class LifecycleVerifier:
                     f"{self.plan.names[other]!r} overwrote at step {when}: the plan gives live buffers the same memory"
                 )
 
-    def after(self, step: int, node: str) -> None:
+    def after(self, step: int) -> None:
+        """The node at ``step`` ran: its outputs own their bytes now; storages whose life ended are poisoned."""
         for k in self.writers.get(step, ()):
             lo, hi = self._range(k)
-            for j, (wrote, _) in list(self.written_at.items()):
+            for j in self.written:
                 if j == k or j in self.clobbered:
                     continue
                 jlo, jhi = self._range(j)
                 if jlo < hi and lo < jhi and self.plan.ends[j] > step:
                     self.clobbered[j] = (k, step)
-            self.written_at[k] = (step, node)
+            self.written.add(k)
             self.clobbered.pop(k, None)
         for k in self.ending.get(step, ()):
             lo, hi = self._range(k)
             self.slab[lo:hi].fill_(POISON)
-            self.written_at.pop(k, None)
+            self.written.discard(k)
