@@ -142,8 +142,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print(f"slab {format_bytes(plan.slab_bytes)} ({plan.slab_bytes} B), lower bound {format_bytes(plan.lower_bound)}, "
           f"ratio {plan.ratio:.4f}; plan validated: no two live buffers share a byte")
     if args.verbose:
-        rows = [(plan.names[k], plan.offsets[k], plan.sizes[k], plan.starts[k], plan.ends[k]) for k in range(len(plan.names))]
-        print(format_table(["buffer", "offset", "size", "start", "end"], rows))
+        rows = [(plan.names[k], plan.offsets[k], plan.sizes[k], plan.symbolic_sizes[k] or "", plan.starts[k], plan.ends[k])
+                for k in range(len(plan.names))]
+        print(format_table(["buffer", "offset", "size", "symbolic", "start", "end"], rows))
     return 0
 
 

@@ -174,3 +174,17 @@ def test_plan_cli_contract(capsys):
     parents = {graph.buffer_names[graph.parent[b]] for b in range(graph.num_buffers) if graph.parent[b] is not None}
     assert not owners & parents  # multi-output parents own no storage
     assert sorted(data["order"]) == sorted(graph.node_names)
+
+
+def test_plan_reports_symbolic_sizes(tmp_path, capsys):
+    path = tmp_path / "dyn.json"
+    path.write_text(json.dumps({"format": "reorder-graph", "version": 1, "name": "dyn", "size_hints": {"s0": 8},
+                                "nodes": [{"name": "a", "outputs": [{"name": "x", "size": "s0*4096"}]},
+                                          {"name": "b", "reads": ["x"], "outputs": [{"name": "y", "size": 64}]}],
+                                "outputs": ["y"]}))
+    assert main(["plan", str(path), "--json", "--order", "baseline"]) == 0
+    buffers = {b["name"]: b for b in json.loads(capsys.readouterr().out)["buffers"]}
+    assert buffers["x"]["size"] == 32768 and buffers["x"]["symbolic_size"] == "4096*s0"
+    assert "symbolic_size" not in buffers["y"]
+    assert main(["-v", "plan", str(path), "--order", "baseline"]) == 0
+    assert "4096*s0" in capsys.readouterr().out

@@ -85,6 +85,7 @@ def plan_memory(
         tensor_bound=live_bytes_bound(starts, ends, sizes),
         unique_workspace=unique,
         shared_workspace=shared,
+        symbolic_sizes=tuple(graph.symbolic_size[s.owner] for s in storages),
     )
     plan.validate()
     return plan

@@ -39,6 +39,7 @@ class SlabPlan:
     tensor_bound: int
     unique_workspace: dict[str, tuple[int, int]]  # node -> (offset, bytes)
     shared_workspace: tuple[int, int]  # (offset, bytes)
+    symbolic_sizes: tuple[str | None, ...] = ()  # the size expressions of symbolic graphs, for reports
 
     @classmethod
     def of_intervals(cls, names, starts, ends, sizes, offsets, strategy: str = "manual") -> "SlabPlan":
@@ -128,7 +129,8 @@ class SlabPlan:
             "tensor_bytes": self.tensor_bytes,
             "buffers": [
                 {"name": self.names[k], "offset": self.offsets[k], "size": self.sizes[k], "start": self.starts[k],
-                 "end": self.ends[k], "aliases": [m for m in self.members[k] if m != self.names[k]]}
+                 "end": self.ends[k], "aliases": [m for m in self.members[k] if m != self.names[k]],
+                 **({"symbolic_size": self.symbolic_sizes[k]} if k < len(self.symbolic_sizes) and self.symbolic_sizes[k] else {})}
                 for k in range(len(self.names))
             ],
             "workspace": {
