@@ -16,7 +16,7 @@ def test_models_run_in_the_slab_equal_to_eager(name):
     model.eval()
     with torch.no_grad():
         expected = model(*inputs)
-    run = slab_module(model, *inputs, seconds=0.2)
+    run = slab_module(model, *inputs, seconds=600, restarts=20)
     for _ in range(3):  # the slab is reused across calls
         assert torch.equal(run(*inputs), expected)
     assert run.plan.slab_bytes == run.plan.lower_bound
@@ -28,7 +28,7 @@ def test_measured_allocation_is_the_slab(name, temporaries):
     """Every storage an aten op creates during the call is recorded; only ops without out= make any."""
     model, inputs = make(name)
     model.eval()
-    run = slab_module(model, *inputs, seconds=0.2)
+    run = slab_module(model, *inputs, seconds=600, restarts=20)
     measured = run.measure(*inputs)
     assert measured["slab_bytes"] == run.slab.untyped_storage().nbytes()
     assert measured["largest_temporary_bytes"] == temporaries
@@ -39,7 +39,7 @@ def test_measured_allocation_is_the_slab(name, temporaries):
 def test_new_inputs_and_output_structure():
     model, (x,) = make("resnet")
     model.eval()
-    run = slab_module(model, x, seconds=0.2)
+    run = slab_module(model, x, seconds=600, restarts=20)
     other = torch.randn_like(x)
     with torch.no_grad():
         assert torch.equal(run(other), model(other))
@@ -84,7 +84,7 @@ def test_out_variants():
 def test_verifier_catches_a_plan_that_shares_live_bytes():
     model, inputs = make("inception")
     model.eval()
-    run = slab_module(model, *inputs, seconds=0.2, verify=True)
+    run = slab_module(model, *inputs, seconds=600, restarts=20, verify=True)
     plan = run.plan
     # Break it: give the storage live longest the offset of another storage live at the same time.
     k = max(range(len(plan.names)), key=lambda i: plan.ends[i] - plan.starts[i])
@@ -109,7 +109,7 @@ def test_cuda_slab_and_max_memory_allocated():
     model, inputs = make("resnet")
     model = model.eval().cuda()
     inputs = tuple(x.cuda() for x in inputs)
-    run = slab_module(model, *inputs, seconds=0.2)
+    run = slab_module(model, *inputs, seconds=600, restarts=20)
     with torch.no_grad():
         expected = model(*inputs)
     torch.cuda.synchronize()

@@ -196,6 +196,7 @@ def slab_module(
     strategy: str = "search",
     alignment: int = 64,
     seconds: float = 1.0,
+    restarts: int | None = None,
     copy_outputs: bool = True,
     verify: bool = False,
 ) -> SlabModule:
@@ -205,11 +206,13 @@ def slab_module(
     (:class:`~reorder.planning.SlabPlan`) has ``slab_bytes`` and
     ``lower_bound``. ``device`` defaults to the example inputs' device.
     ``methods`` are the reordering methods (default: all); each method's
-    order is planned and the smallest slab kept.
+    order is planned and the smallest slab kept; ``seconds`` and ``restarts``
+    bound the slab search (see :func:`~reorder.planning.pack`).
     """
     if device is None:
         device = example_inputs[0].device if example_inputs else torch.device("cpu")
     captured = capture(module, *example_inputs)
     result = reorder_for_peak_memory(captured.graph, methods)
-    method, plan = plan_orders(captured.graph, result.orders, strategy, alignment, include_inputs=False, seconds=seconds)
+    method, plan = plan_orders(captured.graph, result.orders, strategy, alignment, include_inputs=False,
+                               seconds=seconds, restarts=restarts)
     return SlabModule(module, captured, plan, torch.device(device), method, copy_outputs, verify)
