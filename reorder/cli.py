@@ -158,7 +158,15 @@ def cmd_pack(args: argparse.Namespace) -> int:
 
     inst = load_instance(args.file)
     t0 = time.perf_counter()
-    offsets = pack(inst.starts, inst.ends, inst.sizes, args.strategy, args.seconds, args.restarts)
+
+    def show(restarts: int, slab: int) -> None:
+        print(f"\r{inst.name}: {time.perf_counter() - t0:5.1f}s  restart {restarts:5d}  best slab {slab}",
+              end="", file=sys.stderr, flush=True)
+
+    offsets = pack(inst.starts, inst.ends, inst.sizes, args.strategy, args.seconds, args.restarts,
+                   progress=None if args.json else show)
+    if not args.json and args.strategy == "search":
+        print(file=sys.stderr)
     seconds = time.perf_counter() - t0
     plan = SlabPlan.of_intervals(inst.ids, inst.starts, inst.ends, inst.sizes, offsets, args.strategy)
     plan.validate()

@@ -8,7 +8,7 @@ always pack best.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from ..errors import PlanError
 from ..graph import Graph
@@ -29,13 +29,15 @@ def pack(
     strategy: str = "search",
     seconds: float = 1.0,
     restarts: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[int]:
     """Offsets for half-open lifetimes and sizes by ``strategy`` (see :mod:`reorder.planning.offsets`).
 
-    ``seconds`` and ``restarts`` bound the ``search`` strategy (see :func:`~reorder.planning.search.search`).
+    ``seconds``, ``restarts`` and ``progress`` go to the ``search`` strategy
+    (see :func:`~reorder.planning.search.search`).
     """
     if strategy == "search":
-        return search(starts, ends, sizes, seconds=seconds, max_restarts=restarts)
+        return search(starts, ends, sizes, seconds=seconds, max_restarts=restarts, progress=progress)
     try:
         return STRATEGIES[strategy](starts, ends, sizes)
     except KeyError:
