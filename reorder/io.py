@@ -285,5 +285,5 @@ def save_graph(graph: Graph, path: str | Path, fmt: str = "reorder") -> None:
     elif fmt == "simulator":
         data = graph_to_simulator(graph)
     else:
-        raise ValueError(f"unknown graph format {fmt!r}: use 'reorder' or 'simulator'")
+        raise GraphError(f"unknown graph format {fmt!r}: use 'reorder' or 'simulator'")
     Path(path).write_text(json.dumps(data, indent=1) + "\n")

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..errors import PlanError
 from ..graph import Graph
 
 __all__ = ["Storage", "storage_intervals", "align"]
@@ -56,7 +57,7 @@ def storage_intervals(
 ) -> list[Storage]:
     """The storages of ``graph`` under ``order`` (node ids), in buffer order."""
     if alignment < 1:
-        raise ValueError(f"alignment must be a positive number of bytes, got {alignment}")
+        raise PlanError(f"alignment must be a positive number of bytes, got {alignment}")
     graph.check_order(order)
     n = graph.num_nodes
     step = [0] * n

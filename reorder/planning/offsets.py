@@ -34,6 +34,8 @@ import heapq
 import random
 from typing import Callable, Sequence
 
+from ..errors import PlanError
+
 __all__ = ["STRATEGIES", "live_bytes_bound", "naive", "linear_scan", "greedy_by_size", "greedy_by_breadth", "skyline"]
 
 Offsets = list[int]
@@ -232,7 +234,7 @@ def skyline(
     elif rule == "size":
         weight = [(sizes[i], e[i] - s[i], -i) for i in range(n)]
     else:
-        raise ValueError(f"unknown skyline rule {rule!r}; use one of {SKYLINE_RULES}")
+        raise PlanError(f"unknown skyline rule {rule!r}; use one of {SKYLINE_RULES}")
     order = sorted(range(n), key=lambda i: (s[i], i))
     order_starts = [s[i] for i in order]
     skip = list(range(n + 1))  # union-find: next unplaced position in ``order``
