@@ -24,6 +24,7 @@ order and can only lower the peak further).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -143,6 +144,7 @@ def inductor_figures(nodes: list, state: dict) -> dict:
     return {"peaks": peaks, "orders": orders, "seconds": seconds, "peak_allocfree_baseline": allocfree}
 
 
+@functools.lru_cache(maxsize=1)
 def _source_hash() -> str:
     digest = hashlib.sha256()
     package = Path(__file__).resolve().parent
