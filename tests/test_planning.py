@@ -81,13 +81,9 @@ def test_every_strategy_validates_on_bundled_graphs(name):
 def test_order_aware_slab_is_no_larger_than_inductors_best_estimate(name):
     graph = load_graph(GRAPHS / f"{name}.json")
     result = reorder_for_peak_memory(graph)
-    chosen, plan = plan_orders(graph, result.orders, seconds=600, restarts=100, alignment=1)  # Inductor's estimate is unaligned
+    chosen, plan = plan_orders(graph, result.orders, seconds=600, restarts=1000, alignment=1)  # Inductor's estimate is unaligned
     assert chosen in result.orders
-    inductor = min(FIGURES[name]["peak"].values())
-    if name == "resnet18_train_1":  # 256 bytes above: the live-bytes bound of its best order is not packable here
-        assert plan.slab_bytes <= inductor + 256
-    else:
-        assert plan.slab_bytes <= inductor
+    assert plan.slab_bytes <= min(FIGURES[name]["peak"].values())
 
 
 @settings(max_examples=80)
@@ -162,10 +158,10 @@ def test_instance_errors(tmp_path, text, message):
 
 def test_plan_cli_contract(capsys):
     name = "resnet18_train_1"
-    assert main(["plan", str(GRAPHS / f"{name}.json"), "--json", "--seconds", "600", "--restarts", "100"]) == 0
+    assert main(["plan", str(GRAPHS / f"{name}.json"), "--json", "--seconds", "600", "--restarts", "1000"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert {"order", "slab_bytes", "lower_bound", "strategy", "buffers"} <= set(data)
-    assert data["strategy"] == "search" and data["slab_bytes"] <= 1.0001 * data["lower_bound"]
+    assert data["strategy"] == "search" and data["slab_bytes"] == data["lower_bound"]
     buffers = data["buffers"]
     assert not overlaps([b["start"] for b in buffers], [b["end"] for b in buffers], [b["size"] for b in buffers],
                         [b["offset"] for b in buffers])
