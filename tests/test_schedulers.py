@@ -24,22 +24,8 @@ def test_ports_reproduce_torch_orders(name, method):
 @settings(max_examples=60)
 @given(spec=graph_specs(max_nodes=12))
 def test_ports_match_torch_functions_on_random_graphs(spec):
-    torch_memory = pytest.importorskip("reorder.torch_memory")
-    from torch._inductor import config
-
-    graph = build(spec)
-    reference = torch_memory.torch_reference(graph)
-    for name, fn in PORTS.items():
-        assert fn(graph) == reference.method(name)(), name
-    for threshold in (1, 200, 10_000):
-        with config.patch(size_threshold_for_succ_based_strategy=threshold):
-            assert lpmf_order(graph, threshold) == reference.method("lpmf")()
-
-
-@settings(max_examples=60)
-@given(spec=graph_specs(max_nodes=12))
-def test_lpmf_segment_tree_path_matches_torch(spec):
-    """The tree that serves wide ready sets, forced on for every random graph."""
+    """Every port against torch's own function; LPMF also with its segment tree forced on
+    (it normally serves only ready sets wider than these graphs have)."""
     torch_memory = pytest.importorskip("reorder.torch_memory")
     from torch._inductor import config
 
@@ -47,14 +33,18 @@ def test_lpmf_segment_tree_path_matches_torch(spec):
 
     graph = build(spec)
     reference = torch_memory.torch_reference(graph)
+    for name, fn in PORTS.items():
+        assert fn(graph) == reference.method(name)(), name
     saved = lpmf_module.TREE_ABOVE, lpmf_module.TREE_BELOW
-    lpmf_module.TREE_ABOVE, lpmf_module.TREE_BELOW = -1, -1
-    try:
-        assert lpmf_order(graph) == reference.method("lpmf")()
-        with config.patch(size_threshold_for_succ_based_strategy=200):
-            assert lpmf_order(graph, 200) == reference.method("lpmf")()
-    finally:
-        lpmf_module.TREE_ABOVE, lpmf_module.TREE_BELOW = saved
+    for tree_above, tree_below in (saved, (-1, -1)):
+        lpmf_module.TREE_ABOVE, lpmf_module.TREE_BELOW = tree_above, tree_below
+        try:
+            assert lpmf_order(graph) == reference.method("lpmf")()
+            for threshold in (1, 200, 10_000):
+                with config.patch(size_threshold_for_succ_based_strategy=threshold):
+                    assert lpmf_order(graph, threshold) == reference.method("lpmf")()
+        finally:
+            lpmf_module.TREE_ABOVE, lpmf_module.TREE_BELOW = saved
 
 
 def test_lpmf_on_a_wide_graph_matches_torch():
