@@ -58,26 +58,19 @@ def _try_windows(graph: Graph, timeline: Timeline, t: int, window: int, max_stat
     return None
 
 
-def _peak_delta_sink(graph: Graph, step: Sequence[int], v: int, t: int) -> int:
-    """Change of live bytes at step ``t`` if ``v`` (before ``t``) ran after ``t``."""
-    delta = -graph.alloc_size[v]
-    for b in graph.reads[v]:
-        if graph.is_output[b]:
-            continue
-        if all(step[r] < t for r in graph.readers[b] if r != v):
-            delta += graph.size_free[b]
-    return delta
+def _freed_before(graph: Graph, step: Sequence[int], v: int, t: int) -> int:
+    """Bytes ``v`` frees as the last reader, counting only buffers whose other readers all run before step ``t``.
 
-
-def _peak_delta_hoist(graph: Graph, step: Sequence[int], v: int, t: int) -> int:
-    """Change of live bytes at step ``t`` if ``v`` (after ``t``) ran before ``t``."""
-    delta = graph.alloc_size[v]
+    Moving ``v`` across ``t`` moves those frees across ``t`` too; its own
+    allocation moves with it. So sinking ``v`` (from before ``t`` to after)
+    changes the live bytes at ``t`` by ``freed - alloc``, and hoisting it by
+    ``alloc - freed``.
+    """
+    freed = 0
     for b in graph.reads[v]:
-        if graph.is_output[b]:
-            continue
-        if all(step[r] < t for r in graph.readers[b] if r != v):
-            delta -= graph.size_free[b]
-    return delta
+        if not graph.is_output[b] and all(step[r] < t for r in graph.readers[b] if r != v):
+            freed += graph.size_free[b]
+    return freed
 
 
 def _try_moves(graph: Graph, timeline: Timeline, t: int, limit: int) -> list[int] | None:
@@ -89,13 +82,13 @@ def _try_moves(graph: Graph, timeline: Timeline, t: int, limit: int) -> list[int
         if i < t:
             first_succ = min((step[s] for s in graph.succs[v]), default=n)
             if first_succ > t:
-                d = _peak_delta_sink(graph, step, v, t)
+                d = _freed_before(graph, step, v, t) - graph.alloc_size[v]
                 if d < 0:
                     candidates.append((d, v, first_succ - 1))
         elif i > t:
             last_pred = max((step[p] for p in graph.preds[v]), default=-1)
             if last_pred < t:
-                d = _peak_delta_hoist(graph, step, v, t)
+                d = graph.alloc_size[v] - _freed_before(graph, step, v, t)
                 if d < 0:
                     candidates.append((d, v, last_pred + 1))
     candidates.sort()
