@@ -2,6 +2,8 @@
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from benchmarks.zoo import make
@@ -120,3 +122,58 @@ def test_cuda_slab_and_max_memory_allocated():
     extra = torch.cuda.max_memory_allocated() - before
     torch.testing.assert_close(got, expected)
     assert extra <= 0.05 * run.plan.slab_bytes + run.last_call.output_bytes + (1 << 20)
+
+
+OPS = ["relu", "exp", "neg", "sigmoid", "add", "mul", "sub", "maximum", "inplace_add", "inplace_relu", "views",
+       "transposes", "cat_chunk", "sort", "center"]
+
+
+class RandomProgram(nn.Module):
+    """A straight-line program over (4, 8) tensors: each step reads earlier values, appends one."""
+
+    def __init__(self, steps):
+        super().__init__()
+        self.steps = steps
+
+    def forward(self, x):
+        values = [x]
+        for op, i, j in self.steps:
+            a, b = values[i % len(values)], values[j % len(values)]
+            if op in ("relu", "exp", "neg", "sigmoid"):
+                y = getattr(torch, op)(a.clamp(-3, 3) if op == "exp" else a)
+            elif op in ("add", "mul", "sub", "maximum"):
+                y = getattr(torch, op)(a, b)
+            elif op == "inplace_add":
+                y = a.clone()
+                y.add_(b)
+            elif op == "inplace_relu":
+                y = a * 2
+                y.relu_()
+            elif op == "views":
+                y = a.view(8, 4).view(2, 16).view(4, 8)
+            elif op == "transposes":
+                y = a.t().t()
+            elif op == "cat_chunk":
+                y = torch.cat([a, b], 1).chunk(2, 1)[1]
+            elif op == "sort":
+                values_, indices = torch.sort(a, dim=1)
+                y = values_ + indices.float()
+            else:
+                y = a - a.mean(1, keepdim=True)
+            values.append(y)
+        return values[-1], values[len(values) // 2]
+
+
+@settings(max_examples=40)
+@given(steps=st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 20), st.integers(0, 20)), min_size=1, max_size=12))
+def test_random_programs_run_in_the_slab_like_eager(steps):
+    torch.manual_seed(0)
+    x = torch.randn(4, 8)
+    program = RandomProgram(steps)
+    expected = program(x)
+    run = slab_module(program, x, seconds=600, restarts=5, verify=True)
+    for _ in range(2):
+        got = run(x)
+        for g, e in zip(got, expected):
+            assert torch.equal(g, e)
+    run.plan.validate()
