@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import random
 from typing import Callable, Sequence
 
 from ..errors import PlanError
@@ -204,16 +203,14 @@ def skyline(
     ends: Sequence[int],
     sizes: Sequence[int],
     rule: str = "width",
-    rng: random.Random | None = None,
     weights: Sequence[float] | None = None,
 ) -> Offsets:
     """Fill the skyline's lowest valley with the best storage that fits inside it.
 
     ``rule`` says which storage is best: the widest lifetime ("width"), the
     largest lifetime x size ("area") or the largest ("size"); ties go to the
-    other quantities, then the lower index. ``rng`` blends width and size with
-    a random exponent and noise instead (the search's restarts); explicit
-    ``weights`` (higher is placed first where it fits) override both.
+    other quantities, then the lower index. Explicit ``weights`` (higher is
+    placed first where it fits; the search's restarts) override the rule.
     """
     n = len(sizes)
     if n == 0:
@@ -224,9 +221,6 @@ def skyline(
     e = [index[x] for x in ends]
     if weights is not None:
         weight = [(w, -i) for i, w in enumerate(weights)]
-    elif rng is not None:
-        mix = rng.random()
-        weight = [(e[i] - s[i]) ** (1 - mix) * (sizes[i] + 1) ** mix * (1 + 0.1 * rng.random()) for i in range(n)]
     elif rule == "width":
         weight = [(e[i] - s[i], sizes[i], -i) for i in range(n)]
     elif rule == "area":

@@ -67,13 +67,15 @@ def search(
     best_slab = None
     restarts = 0
 
-    def consider(offsets: list[int]) -> None:
+    def consider(offsets: list[int]) -> int:
+        """Keep ``offsets`` if their slab is the smallest yet; return that slab."""
         nonlocal best, best_slab
         slab = max((o + z for o, z in zip(offsets, sizes)), default=0)
         if best_slab is None or slab < best_slab:
             best, best_slab = offsets, slab
             if progress is not None:
                 progress(restarts, slab)
+        return slab
 
     def affordable() -> bool:
         return _greedy_work(starts, ends) * GREEDY_SECONDS_PER_CHECK < deadline - time.perf_counter()
@@ -109,11 +111,9 @@ def search(
         else:
             mix = rng.random()
             weights = [span[i] ** (1 - mix) * (sizes[i] + 1) ** mix * (1 + 0.1 * rng.random()) for i in range(n)]
-        offsets = timed_skyline(weights=weights)
-        slab = max((o + z for o, z in zip(offsets, sizes)), default=0)
-        if slab <= best_slab:  # equal slabs move too: the search walks plateaus
+        previous_best = best_slab
+        if consider(timed_skyline(weights=weights)) <= previous_best:  # equal slabs move too: plateaus are walked
             best_weights = weights
-        consider(offsets)
     if best_slab > bound and affordable():
         consider(compact(starts, ends, sizes, best))
     return best
