@@ -58,10 +58,11 @@ def out_variant(op: torch._ops.OpOverload) -> tuple[Any, tuple[str, ...]] | None
 
 @dataclass
 class CallStats:
-    """Bytes the last call allocated outside the slab: op temporaries and output copies."""
+    """What the last call did outside the slab: bytes of output copies, ops that had no ``out=`` overload.
 
-    temporary_bytes: int = 0
-    peak_temporary_bytes: int = 0
+    (Temporaries are measured independently, by :meth:`SlabModule.measure`.)
+    """
+
     output_bytes: int = 0
     ops_without_out: tuple[str, ...] = ()
 
@@ -83,6 +84,8 @@ class SlabModule:
         graph = captured.graph
         self._order = [graph.node_id(name) for name in plan.order]
         self._fx_nodes = {n.name: n for n in captured.gm.graph.nodes}
+        self._placeholders = [n for n in captured.gm.graph.nodes if n.op == "placeholder"]
+        self._output = next(n for n in captured.gm.graph.nodes if n.op == "output")
         self._views = {name: self._view(name) for name in plan.names}
         self._meter: AllocationMeter | None = None
 
@@ -133,9 +136,8 @@ class SlabModule:
         if len(inputs) != cap.num_inputs:
             raise ReorderError(f"{cap.graph.name}: expected {cap.num_inputs} inputs, got {len(inputs)}")
         state = {**dict(self.module.named_parameters()), **dict(self.module.named_buffers())}
-        placeholders = [n for n in cap.gm.graph.nodes if n.op == "placeholder"]
         values = [state[k] for k in cap.state_keys] + list(inputs)
-        env: dict[str, Any] = {p.name: v for p, v in zip(placeholders, values)}
+        env: dict[str, Any] = {p.name: v for p, v in zip(self._placeholders, values)}
         stats = CallStats()
         no_out: list[str] = []
         verifier = LifecycleVerifier(self.plan, self.slab) if self.verify else None
@@ -146,11 +148,10 @@ class SlabModule:
                 node = self._fx_nodes[graph.node_names[v]]
                 if verifier is not None:
                     verifier.before(step, graph.node_names[v], [graph.buffer_names[b] for b in graph.declared_reads[v]])
-                env[node.name] = self._run(node, env, stats, no_out)
+                env[node.name] = self._run(node, env, no_out)
                 if verifier is not None:
                     verifier.after(step)
-            output = next(n for n in cap.gm.graph.nodes if n.op == "output")
-            flat = [env[a.name] if isinstance(a, torch.fx.Node) else a for a in output.args[0]]
+            flat = [env[a.name] if isinstance(a, torch.fx.Node) else a for a in self._output.args[0]]
         if self.copy_outputs:
             flat = [t.clone() if isinstance(t, torch.Tensor) else t for t in flat]
             stats.output_bytes = sum(t.untyped_storage().nbytes() for t in flat if isinstance(t, torch.Tensor))
@@ -159,7 +160,7 @@ class SlabModule:
         self.last_call = stats
         return result
 
-    def _run(self, node: torch.fx.Node, env: dict, stats: CallStats, no_out: list[str]):
+    def _run(self, node: torch.fx.Node, env: dict, no_out: list[str]):
         args = tree_map(lambda a: env[a.name] if isinstance(a, torch.fx.Node) else a, node.args)
         kwargs = tree_map(lambda a: env[a.name] if isinstance(a, torch.fx.Node) else a, node.kwargs)
         if node.target is operator.getitem:
@@ -176,15 +177,10 @@ class SlabModule:
         no_out.append(str(node.target))
         result = node.target(*args, **kwargs)
         produced = list(result) if isinstance(result, (tuple, list)) else [result]
-        temporary = 0
         for k, target in enumerate(targets):
             if target is not None:
                 target.copy_(produced[k])
-                temporary += produced[k].untyped_storage().nbytes()
-                produced[k] = target
-        del result
-        stats.temporary_bytes += temporary
-        stats.peak_temporary_bytes = max(stats.peak_temporary_bytes, temporary)
+                produced[k] = target  # the temporary is dropped here
         return tuple(produced) if len(targets) > 1 or isinstance(node.meta.get("val"), (tuple, list)) else produced[0]
 
 
