@@ -30,7 +30,7 @@ from typing import Iterable, Mapping, Sequence
 from .errors import CycleError, GraphError, OrderError
 from .sizes import Size, resolve_size
 
-__all__ = ["BufferSpec", "InputSpec", "NodeSpec", "Graph", "build_graph"]
+__all__ = ["BufferSpec", "InputSpec", "NodeSpec", "Graph", "build_graph", "implied_costs"]
 
 ALIAS_KINDS = ("mutation", "view")
 
@@ -184,6 +184,33 @@ def _unique_in_order(items: Iterable[int]) -> tuple[int, ...]:
     return tuple(dict.fromkeys(items))
 
 
+def implied_costs(
+    size: Sequence[int], alias_of: Sequence[int | None], parent: Sequence[int | None]
+) -> list[tuple[int, int]]:
+    """``(size_alloc, size_free)`` that each computed buffer's kind implies, in one pass.
+
+    An alias costs nothing; a multi-output parent allocates its children's
+    bytes and frees none; a child allocates nothing and frees its own size;
+    any other buffer allocates and frees its size. (Graph inputs are costed
+    by :func:`build_graph` from ``freeable`` instead.)
+    """
+    children_bytes: dict[int, int] = {}
+    for b, p in enumerate(parent):
+        if p is not None:
+            children_bytes[p] = children_bytes.get(p, 0) + size[b]
+    costs = []
+    for b, z in enumerate(size):
+        if alias_of[b] is not None:
+            costs.append((0, 0))
+        elif b in children_bytes:
+            costs.append((children_bytes[b], 0))
+        elif parent[b] is not None:
+            costs.append((0, z))
+        else:
+            costs.append((z, z))
+    return costs
+
+
 def build_graph(
     nodes: Sequence[NodeSpec],
     inputs: Sequence[InputSpec] = (),
@@ -287,11 +314,7 @@ def build_graph(
             seen.append(r)
         root[b] = r
 
-    children: list[list[int]] = [[] for _ in range(nb)]
-    for b in range(nb):
-        if parent[b] is not None:
-            children[parent[b]].append(b)
-
+    implied = implied_costs(size, alias_of, parent)
     size_alloc: list[int] = [0] * nb
     size_free: list[int] = [0] * nb
     for b, spec in enumerate(specs):
@@ -300,16 +323,8 @@ def build_graph(
             cost = size[b] if spec.freeable else 0
             size_alloc[b] = size_free[b] = cost
             continue
-        if alias_of[b] is not None:
-            implied = (0, 0)
-        elif children[b]:
-            implied = (sum(size[c] for c in children[b]), 0)
-        elif parent[b] is not None:
-            implied = (0, size[b])
-        else:
-            implied = (size[b], size[b])
-        size_alloc[b] = implied[0] if spec.size_alloc is None else resolve_size(spec.size_alloc, hints, what + " size_alloc")[0]
-        size_free[b] = implied[1] if spec.size_free is None else resolve_size(spec.size_free, hints, what + " size_free")[0]
+        size_alloc[b] = implied[b][0] if spec.size_alloc is None else resolve_size(spec.size_alloc, hints, what + " size_alloc")[0]
+        size_free[b] = implied[b][1] if spec.size_free is None else resolve_size(spec.size_free, hints, what + " size_free")[0]
 
     # Node reads: declared, then forwarded to alias roots.
     n = len(nodes)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import GraphError
-from .graph import BufferSpec, Graph, InputSpec, NodeSpec, build_graph
+from .graph import BufferSpec, Graph, InputSpec, NodeSpec, build_graph, implied_costs
 
 __all__ = [
     "load_graph",
@@ -186,6 +186,7 @@ def _size_field(graph: Graph, b: int) -> int | str:
 def graph_to_dict(graph: Graph) -> dict:
     """The library's own format for ``graph``; fields at their default are left out."""
     names = graph.buffer_names
+    implied = implied_costs(graph.size, graph.alias_of, graph.parent)
     inputs = []
     for b in range(graph.num_buffers):
         if graph.is_input[b]:
@@ -203,8 +204,7 @@ def graph_to_dict(graph: Graph) -> dict:
                 entry["alias_kind"] = graph.alias_kind[b]
             if graph.parent[b] is not None:
                 entry["parent"] = names[graph.parent[b]]
-            implied = _implied_costs(graph, b)
-            if (graph.size_alloc[b], graph.size_free[b]) != implied:
+            if (graph.size_alloc[b], graph.size_free[b]) != implied[b]:
                 entry["size_alloc"] = graph.size_alloc[b]
                 entry["size_free"] = graph.size_free[b]
             outs.append(entry)
@@ -222,17 +222,6 @@ def graph_to_dict(graph: Graph) -> dict:
         data["size_hints"] = dict(graph.size_hints)
     data.update(inputs=inputs, nodes=nodes, outputs=[names[b] for b in range(graph.num_buffers) if graph.is_output[b]])
     return data
-
-
-def _implied_costs(graph: Graph, b: int) -> tuple[int, int]:
-    if graph.alias_of[b] is not None:
-        return (0, 0)
-    children = [c for c in range(graph.num_buffers) if graph.parent[c] == b]
-    if children:
-        return (sum(graph.size[c] for c in children), 0)
-    if graph.parent[b] is not None:
-        return (0, graph.size[b])
-    return (graph.size[b], graph.size[b])
 
 
 def graph_from_dict(data: dict) -> Graph:
