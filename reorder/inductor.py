@@ -36,6 +36,7 @@ from .graph import BufferSpec, Graph, InputSpec, NodeSpec, build_graph
 from .io import graph_to_simulator
 from .schedulers import reorder_for_peak_memory
 from .timeline import estimate_peak_memory
+from .torch_memory import INDUCTOR_METHODS, TorchReference
 
 __all__ = ["ReorderPass", "graph_from_scheduler", "install", "uninstall", "use", "reports"]
 
@@ -43,8 +44,6 @@ log = logging.getLogger("reorder")
 
 #: One dict per graph our pass reordered (see :class:`ReorderPass`).
 reports: list[dict] = []
-
-INDUCTOR_SORTS = ("lpmf", "bfs", "dfs")
 
 
 def _graph_name() -> str:
@@ -123,25 +122,24 @@ def graph_from_scheduler(nodes: list, name: str = "graph") -> tuple[Graph, dict]
     return graph, state
 
 
-def inductor_figures(nodes: list, state: dict) -> dict:
-    """Inductor's own peaks (and orders, as node names) for the incoming order and its three methods."""
-    from torch._inductor import memory
+def inductor_figures(graph: Graph, nodes: list, state: dict) -> dict:
+    """Inductor's own peaks (and orders, as node names) for the incoming order and its three methods.
 
-    freeable, outputs = state["freeable"], state["graph_outputs"]
-    peaks = {"baseline": memory.estimate_peak_memory(nodes, freeable, outputs)[0]}
-    orders = {}
-    seconds = {}
-    for method in INDUCTOR_SORTS:
-        t0 = time.perf_counter()
-        if method == "lpmf":
-            order = memory.topological_sort_lpmf(nodes, freeable, state["name_to_buf"], outputs)
-        else:
-            order = getattr(memory, f"topological_sort_{method}")(nodes)
-        peaks[method] = memory.estimate_peak_memory(order, freeable, outputs)[0]
-        seconds[method] = time.perf_counter() - t0
-        orders[method] = [n.get_name() for n in order]
-    allocfree = memory.estimate_peak_memory_allocfree(nodes, freeable, outputs)[0]
-    return {"peaks": peaks, "orders": orders, "seconds": seconds, "peak_allocfree_baseline": allocfree}
+    The real scheduler nodes carry the planning info torch's functions read,
+    so the same :class:`~reorder.torch_memory.TorchReference` that drives
+    stand-in nodes in tests and benchmarks drives them here, under the
+    user's LPMF threshold.
+    """
+    from torch._inductor import config
+
+    reference = TorchReference(graph, nodes, state["freeable"], state["name_to_buf"], state["graph_outputs"])
+    figures = reference.run_all(config.size_threshold_for_succ_based_strategy)
+    return {
+        "peaks": figures["peak"],
+        "orders": {m: graph.names_of(order) for m, order in figures["orders"].items()},
+        "seconds": {m: figures["seconds"][m] for m in INDUCTOR_METHODS},
+        "peak_allocfree_baseline": reference.estimate_allocfree(),
+    }
 
 
 @functools.lru_cache(maxsize=1)
@@ -189,7 +187,7 @@ class ReorderPass(_custom_scheduler_pass_base()):
         t0 = time.perf_counter()
         graph, state = graph_from_scheduler(nodes, name)
         convert_seconds = time.perf_counter() - t0
-        figures = inductor_figures(nodes, state) if self.compare else None
+        figures = inductor_figures(graph, nodes, state) if self.compare else None
         result = reorder_for_peak_memory(graph, self.methods)
         ours = estimate_peak_memory(graph).peak
         report = {
