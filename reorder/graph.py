@@ -20,17 +20,22 @@ The semantics follow Inductor 2.13 (``torch/_inductor/memory.py``):
   each child allocates nothing and frees its own size.
 * Ordering-only edges (``NodeSpec.after``) constrain the order and keep
   nothing alive.
+
+Nodes are listed in an order that runs (the *baseline* order: Inductor's, or
+the program's); :func:`build_graph` rejects a listing that does not, and
+names the cycle if there is one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Iterable, Mapping, Sequence
 
 from .errors import CycleError, GraphError, OrderError
-from .sizes import Size, resolve_size
+from .sizes import Size, check_size_hints, resolve_size
 
-__all__ = ["BufferSpec", "InputSpec", "NodeSpec", "Graph", "build_graph", "implied_costs"]
+__all__ = ["BufferSpec", "InputSpec", "NodeSpec", "Graph", "Kahn", "build_graph", "implied_costs"]
 
 ALIAS_KINDS = ("mutation", "view")
 
@@ -87,20 +92,25 @@ class NodeSpec:
 class Graph:
     """An immutable scheduler graph. Build it with :func:`build_graph`.
 
-    Buffer arrays (indexed by buffer id): ``buffer_names``, ``size`` (storage
-    bytes), ``symbolic_size`` (expression text or None), ``size_alloc``,
-    ``size_free``, ``producer`` (node id, None for graph inputs), ``is_input``,
-    ``freeable``, ``is_output``, ``alias_of`` (immediate base or None),
-    ``alias_kind``, ``root`` (the buffer whose storage this one uses, itself
-    when not an alias), ``parent`` (multi-output parent or None), ``readers``
-    (nodes whose execution keeps it alive, in node order, aliases forwarded).
+    Buffer arrays (indexed by buffer id; graph inputs first, then each node's
+    outputs in node order): ``buffer_names``, ``size`` (storage bytes),
+    ``symbolic_size`` (expression text or None), ``size_alloc``, ``size_free``,
+    ``producer`` (node id, None for graph inputs), ``freeable``, ``is_output``,
+    ``alias_of`` (immediate base or None), ``alias_kind``, ``root`` (the buffer
+    whose storage this one uses, itself when not an alias), ``parent``
+    (multi-output parent or None), ``readers`` (nodes whose execution keeps it
+    alive, in node order, aliases forwarded).
 
     Node arrays (indexed by node id): ``node_names``, ``outputs``, ``reads``
     (buffers kept alive until the node runs, aliases forwarded to roots),
     ``declared_reads`` (as written, which Inductor's DFS walks), ``after``
     (ordering-only predecessors), ``preds`` and ``succs`` (all ordering
-    constraints), ``alloc_size`` (sum of ``size_alloc`` over outputs),
-    ``workspace`` and ``unique_workspace`` (scratch bytes, see :class:`NodeSpec`).
+    constraints), ``workspace`` and ``unique_workspace`` (scratch bytes, see
+    :class:`NodeSpec`).
+
+    Facts derived from these (``is_input``, ``alloc_size``, ``children``,
+    ``members``, the name indexes) are computed once, on first use, here and
+    nowhere else.
     """
 
     name: str
@@ -112,7 +122,6 @@ class Graph:
     size_alloc: tuple[int, ...]
     size_free: tuple[int, ...]
     producer: tuple[int | None, ...]
-    is_input: tuple[bool, ...]
     freeable: tuple[bool, ...]
     is_output: tuple[bool, ...]
     alias_of: tuple[int | None, ...]
@@ -126,11 +135,9 @@ class Graph:
     after: tuple[tuple[int, ...], ...]
     preds: tuple[tuple[int, ...], ...]
     succs: tuple[tuple[int, ...], ...]
-    alloc_size: tuple[int, ...]
     workspace: tuple[int, ...]
     unique_workspace: tuple[int, ...]
-    node_index: Mapping[str, int] = field(repr=False)
-    buffer_index: Mapping[str, int] = field(repr=False)
+    _index: tuple[dict, dict] = field(repr=False, default=({}, {}))
 
     @property
     def num_nodes(self) -> int:
@@ -144,10 +151,45 @@ class Graph:
     def num_edges(self) -> int:
         return sum(len(s) for s in self.succs)
 
+    @property
+    def node_index(self) -> Mapping[str, int]:
+        return self._index[0]
+
+    @property
+    def buffer_index(self) -> Mapping[str, int]:
+        return self._index[1]
+
+    @cached_property
+    def is_input(self) -> tuple[bool, ...]:
+        """Graph inputs: the buffers no node produces."""
+        return tuple(p is None for p in self.producer)
+
+    @cached_property
+    def alloc_size(self) -> tuple[int, ...]:
+        """Bytes each node allocates when it runs: ``size_alloc`` summed over its outputs."""
+        return tuple(sum(self.size_alloc[b] for b in outs) for outs in self.outputs)
+
+    @cached_property
+    def children(self) -> tuple[tuple[int, ...], ...]:
+        """Each buffer's multi-output children (empty unless it is a multi-output parent)."""
+        kids: list[list[int]] = [[] for _ in range(self.num_buffers)]
+        for b, p in enumerate(self.parent):
+            if p is not None:
+                kids[p].append(b)
+        return tuple(tuple(k) for k in kids)
+
+    @cached_property
+    def members(self) -> tuple[tuple[int, ...], ...]:
+        """For each buffer that is its own root, every buffer over its storage (itself and its aliases)."""
+        groups: list[list[int]] = [[] for _ in range(self.num_buffers)]
+        for b, r in enumerate(self.root):
+            groups[r].append(b)
+        return tuple(tuple(g) for g in groups)
+
     def node_id(self, name: str) -> int:
         try:
             return self.node_index[name]
-        except KeyError:
+        except (KeyError, TypeError):
             raise GraphError(f"graph {self.name!r} has no node named {name!r}") from None
 
     def order_from_names(self, names: Iterable[str]) -> list[int]:
@@ -166,8 +208,8 @@ class Graph:
             raise OrderError(f"order has {len(order)} nodes, graph {self.name!r} has {n}")
         step = [-1] * n
         for s, v in enumerate(order):
-            if not 0 <= v < n:
-                raise OrderError(f"order names node id {v}, which graph {self.name!r} does not have")
+            if not isinstance(v, int) or not 0 <= v < n:
+                raise OrderError(f"order names node id {v!r}, which graph {self.name!r} does not have")
             if step[v] != -1:
                 raise OrderError(f"order runs node {self.node_names[v]!r} twice")
             step[v] = s
@@ -178,6 +220,34 @@ class Graph:
                         f"order runs {self.node_names[v]!r} (step {step[v]}) before its "
                         f"predecessor {self.node_names[p]!r} (step {step[p]})"
                     )
+
+
+class Kahn:
+    """Kahn's bookkeeping over a graph's ordering constraints, apart from any choice of what runs next.
+
+    As in ``graphlib.TopologicalSorter``: :meth:`initial` gives the nodes
+    with no predecessors, :meth:`done` marks a node as run and returns the
+    successors it made ready (in successor order). Every scheduler is a
+    policy over these two calls.
+    """
+
+    __slots__ = ("indegree", "succs")
+
+    def __init__(self, graph: Graph):
+        self.indegree = [len(p) for p in graph.preds]
+        self.succs = graph.succs
+
+    def initial(self) -> list[int]:
+        return [v for v, d in enumerate(self.indegree) if d == 0]
+
+    def done(self, v: int) -> list[int]:
+        indegree = self.indegree
+        ready = []
+        for s in self.succs[v]:
+            indegree[s] -= 1
+            if indegree[s] == 0:
+                ready.append(s)
+        return ready
 
 
 def _unique_in_order(items: Iterable[int]) -> tuple[int, ...]:
@@ -211,6 +281,214 @@ def implied_costs(
     return costs
 
 
+def _name(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise GraphError(f"{what} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _names(values: object, what: str) -> list[str]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)):
+        raise GraphError(f"{what} must be a list of names, got {values!r}")
+    return [_name(v, f"{what} entry #{i}") for i, v in enumerate(values)]
+
+
+def _index_nodes(nodes: Sequence[NodeSpec]) -> dict[str, int]:
+    index: dict[str, int] = {}
+    for i, node in enumerate(nodes):
+        if not isinstance(node, NodeSpec):
+            raise GraphError(f"node #{i} must be a NodeSpec, got {type(node).__name__}")
+        name = _name(node.name, f"node #{i} field 'name'")
+        if name in index:
+            raise GraphError(f"duplicate node name {name!r} (nodes #{index[name]} and #{i})")
+        index[name] = i
+    return index
+
+
+def _collect_buffers(
+    nodes: Sequence[NodeSpec], inputs: Sequence[InputSpec], node_names: Sequence[str]
+) -> tuple[list[BufferSpec | InputSpec], list[int | None], dict[str, int]]:
+    """Every buffer spec (inputs first, then each node's outputs), its producer, and the name index."""
+    specs: list[BufferSpec | InputSpec] = []
+    producer: list[int | None] = []
+    for i, spec in enumerate(inputs):
+        if not isinstance(spec, InputSpec):
+            raise GraphError(f"input #{i} must be an InputSpec, got {type(spec).__name__}")
+        specs.append(spec)
+        producer.append(None)
+    for i, node in enumerate(nodes):
+        if isinstance(node.outputs, (str, bytes)) or not isinstance(node.outputs, (list, tuple)):
+            raise GraphError(f"node {node.name!r} field 'outputs' must be a list, got {node.outputs!r}")
+        for j, out in enumerate(node.outputs):
+            if not isinstance(out, BufferSpec):
+                raise GraphError(f"node {node.name!r} output #{j} must be a BufferSpec, got {type(out).__name__}")
+            specs.append(out)
+            producer.append(i)
+    index: dict[str, int] = {}
+    for b, spec in enumerate(specs):
+        where = f"input #{b}" if producer[b] is None else f"node {node_names[producer[b]]!r} output"
+        name = _name(spec.name, f"{where} field 'name'")
+        if name in index:
+            first = index[name]
+            if producer[first] is not None and producer[b] is not None:
+                raise GraphError(
+                    f"buffer {name!r} has two producers: {node_names[producer[first]]!r} and {node_names[producer[b]]!r}"
+                )
+            raise GraphError(f"duplicate buffer name {name!r}")
+        index[name] = b
+    return specs, producer, index
+
+
+def _lookup(index: Mapping[str, int], name: str, what: str) -> int:
+    try:
+        return index[name]
+    except (KeyError, TypeError):
+        raise GraphError(f"{what} names unknown buffer {name!r}") from None
+
+
+def _links(specs: Sequence[BufferSpec | InputSpec], index: Mapping[str, int]):
+    """``alias_of``, ``alias_kind`` and ``parent`` as buffer ids, checked."""
+    nb = len(specs)
+    alias_of: list[int | None] = [None] * nb
+    alias_kind: list[str | None] = [None] * nb
+    parent: list[int | None] = [None] * nb
+    for b, spec in enumerate(specs):
+        if isinstance(spec, InputSpec):
+            continue
+        what = f"buffer {spec.name!r}"
+        if spec.alias_of is not None:
+            if spec.alias_kind not in ALIAS_KINDS:
+                raise GraphError(f"{what} field 'alias_kind' must be one of {ALIAS_KINDS}, got {spec.alias_kind!r}")
+            alias_of[b] = _lookup(index, spec.alias_of, f"{what} field 'alias_of'")
+            alias_kind[b] = spec.alias_kind
+        if spec.parent is not None:
+            if spec.alias_of is not None:
+                raise GraphError(f"{what} cannot be both an alias and a multi-output child")
+            parent[b] = _lookup(index, spec.parent, f"{what} field 'parent'")
+            if isinstance(specs[parent[b]], InputSpec):
+                raise GraphError(f"{what} field 'parent': {spec.parent!r} is a graph input")
+    return alias_of, alias_kind, parent
+
+
+def _alias_roots(alias_of: Sequence[int | None], names: Sequence[str]) -> list[int]:
+    """The root of every alias chain, each buffer visited once (linear in the buffers)."""
+    root: list[int | None] = [None] * len(alias_of)
+    for b in range(len(alias_of)):
+        chain = []
+        on_chain = set()
+        r = b
+        while root[r] is None and alias_of[r] is not None:
+            if r in on_chain:
+                loop = chain[chain.index(r):] + [r]
+                raise GraphError("alias chain loops: " + " -> ".join(names[x] for x in loop))
+            chain.append(r)
+            on_chain.add(r)
+            r = alias_of[r]
+        top = r if root[r] is None else root[r]
+        for x in chain + [r]:
+            root[x] = top
+    return root  # type: ignore[return-value]
+
+
+def _sizes(specs, producer, alias_of, parent, hints):
+    """Storage size, symbolic text, ``size_alloc`` and ``size_free`` of every buffer."""
+    size: list[int] = []
+    symbolic: list[str | None] = []
+    for spec in specs:
+        value, text = resolve_size(spec.size, hints, f"buffer {spec.name!r} field 'size'")
+        size.append(value)
+        symbolic.append(text)
+    implied = implied_costs(size, alias_of, parent)
+    size_alloc, size_free, freeable = [], [], []
+    for b, spec in enumerate(specs):
+        what = f"buffer {spec.name!r} field"
+        if producer[b] is None:
+            if not isinstance(spec.freeable, bool):
+                raise GraphError(f"input {spec.name!r} field 'freeable' must be true or false, got {spec.freeable!r}")
+            cost = size[b] if spec.freeable else 0
+            size_alloc.append(cost)
+            size_free.append(cost)
+            freeable.append(spec.freeable)
+            continue
+        alloc, free = implied[b]
+        if spec.size_alloc is not None:
+            alloc = resolve_size(spec.size_alloc, hints, f"{what} 'size_alloc'")[0]
+        if spec.size_free is not None:
+            free = resolve_size(spec.size_free, hints, f"{what} 'size_free'")[0]
+        size_alloc.append(alloc)
+        size_free.append(free)
+        freeable.append(False)
+    return size, symbolic, size_alloc, size_free, freeable
+
+
+def _node_reads(nodes, node_index, buffer_index, names, producer, root, is_input):
+    """Declared reads, reads forwarded to alias roots (Inductor's pred_buffers order), ordering-only preds."""
+    declared, reads, after = [], [], []
+    for i, node in enumerate(nodes):
+        what = f"node {node.name!r} field"
+        d = _unique_in_order(
+            _lookup(buffer_index, r, f"{what} 'reads'") for r in _names(node.reads, f"{what} 'reads'")
+        )
+        for b in d:
+            if producer[b] == i:
+                raise GraphError(f"node {node.name!r} reads its own output {names[b]!r}")
+        declared.append(d)
+        # Inductor lists a node's pred_buffers by producer, graph inputs last.
+        forwarded = set(d) | {root[b] for b in d}
+        reads.append(tuple(sorted(forwarded, key=lambda b: (is_input[b], b))))
+        a = []
+        for other in _names(node.after, f"{what} 'after'"):
+            if other not in node_index:
+                raise GraphError(f"node {node.name!r} must run after unknown node {other!r}")
+            if node_index[other] == i:
+                raise GraphError(f"node {node.name!r} must run after itself")
+            a.append(node_index[other])
+        after.append(_unique_in_order(a))
+    return declared, reads, after
+
+
+def _check_links(names, node_names, producer, alias_of, parent, root, reads) -> None:
+    """An alias's producer reads what it renames or views; a child's producer reads its parent."""
+    for b, base in enumerate(alias_of):
+        if base is not None and root[b] not in reads[producer[b]]:
+            raise GraphError(
+                f"alias {names[b]!r} of {names[base]!r}: its producer {node_names[producer[b]]!r} "
+                f"must read the buffer it renames or views"
+            )
+        p = parent[b]
+        if p is not None and producer[p] != producer[b] and p not in reads[producer[b]]:
+            raise GraphError(
+                f"multi-output child {names[b]!r}: its producer {node_names[producer[b]]!r} "
+                f"must read the parent {names[p]!r}"
+            )
+
+
+def _adjacency(n: int, producer, reads, after):
+    """Per-buffer readers; per-node outputs, predecessors and successors (in Inductor's order)."""
+    nb = len(producer)
+    readers: list[list[int]] = [[] for _ in range(nb)]
+    for i in range(n):
+        for b in reads[i]:
+            readers[b].append(i)
+    outputs_of: list[list[int]] = [[] for _ in range(n)]
+    for b in range(nb):
+        if producer[b] is not None:
+            outputs_of[producer[b]].append(b)
+    preds = []
+    for i in range(n):
+        ps = [producer[b] for b in reads[i] if producer[b] is not None and producer[b] != i]
+        preds.append(_unique_in_order(ps + list(after[i])))
+    # Successors in Inductor's order: readers of each output buffer, then ordering-only ones.
+    after_succ: list[list[int]] = [[] for _ in range(n)]
+    for i in range(n):
+        for p in after[i]:
+            after_succ[p].append(i)
+    succs = [
+        _unique_in_order([r for b in outputs_of[i] for r in readers[b] if r != i] + after_succ[i]) for i in range(n)
+    ]
+    return readers, outputs_of, preds, succs
+
+
 def build_graph(
     nodes: Sequence[NodeSpec],
     inputs: Sequence[InputSpec] = (),
@@ -223,7 +501,7 @@ def build_graph(
 
     Parameters
     ----------
-    nodes: the scheduler nodes in their original (baseline) order.
+    nodes: the scheduler nodes in their original (baseline) order, which must run.
     inputs: graph inputs.
     outputs: names of graph-output buffers (never freed).
     name: a label for reports.
@@ -232,177 +510,39 @@ def build_graph(
     Raises
     ------
     GraphError
-        Duplicate names, unknown buffers or nodes, two producers of a buffer,
-        bad sizes, alias chains that loop, misused multi-output children.
+        Wrong types, duplicate names, unknown buffers or nodes, two producers
+        of a buffer, bad sizes, alias chains that loop, misused multi-output
+        children, nodes listed before what they depend on.
     CycleError
         The dependencies form a cycle; the message prints it.
     """
-    hints = dict(size_hints or {})
-    node_names = tuple(n.name for n in nodes)
-    node_index: dict[str, int] = {}
-    for i, nm in enumerate(node_names):
-        if not isinstance(nm, str) or not nm:
-            raise GraphError(f"node #{i} has no name")
-        if nm in node_index:
-            raise GraphError(f"duplicate node name {nm!r} (nodes #{node_index[nm]} and #{i})")
-        node_index[nm] = i
-
-    # Buffers: inputs first, then each node's outputs in node order.
-    specs: list[BufferSpec | InputSpec] = list(inputs)
-    producer: list[int | None] = [None] * len(specs)
-    for i, node in enumerate(nodes):
-        for out in node.outputs:
-            specs.append(out)
-            producer.append(i)
-    buffer_index: dict[str, int] = {}
-    for b, spec in enumerate(specs):
-        if not isinstance(spec.name, str) or not spec.name:
-            raise GraphError(f"buffer #{b} has no name")
-        if spec.name in buffer_index:
-            first = buffer_index[spec.name]
-            if producer[first] is not None and producer[b] is not None:
-                raise GraphError(
-                    f"buffer {spec.name!r} has two producers: "
-                    f"{node_names[producer[first]]!r} and {node_names[producer[b]]!r}"
-                )
-            raise GraphError(f"duplicate buffer name {spec.name!r}")
-        buffer_index[spec.name] = b
-
-    def lookup(name: str, what: str) -> int:
-        try:
-            return buffer_index[name]
-        except (KeyError, TypeError):
-            raise GraphError(f"{what} names unknown buffer {name!r}") from None
-
-    nb = len(specs)
-    is_input = tuple(isinstance(s, InputSpec) for s in specs)
-    freeable = tuple(isinstance(s, InputSpec) and bool(s.freeable) for s in specs)
-    size: list[int] = []
-    symbolic: list[str | None] = []
-    for spec in specs:
-        value, text = resolve_size(spec.size, hints, f"buffer {spec.name!r}")
-        size.append(value)
-        symbolic.append(text)
-
-    alias_of: list[int | None] = [None] * nb
-    alias_kind: list[str | None] = [None] * nb
-    parent: list[int | None] = [None] * nb
-    for b, spec in enumerate(specs):
-        if isinstance(spec, InputSpec):
-            continue
-        if spec.alias_of is not None:
-            if spec.alias_kind not in ALIAS_KINDS:
-                raise GraphError(f"buffer {spec.name!r}: alias_kind must be one of {ALIAS_KINDS}, got {spec.alias_kind!r}")
-            alias_of[b] = lookup(spec.alias_of, f"alias {spec.name!r}")
-            alias_kind[b] = spec.alias_kind
-        if spec.parent is not None:
-            if spec.alias_of is not None:
-                raise GraphError(f"buffer {spec.name!r} cannot be both an alias and a multi-output child")
-            parent[b] = lookup(spec.parent, f"multi-output child {spec.name!r}")
-            if is_input[parent[b]]:
-                raise GraphError(f"multi-output child {spec.name!r}: parent {spec.parent!r} is a graph input")
-
-    root = list(range(nb))
-    for b in range(nb):
-        seen = [b]
-        r = b
-        while alias_of[r] is not None:
-            r = alias_of[r]
-            if r in seen:
-                loop = " -> ".join(specs[x].name for x in seen[seen.index(r):] + [r])
-                raise GraphError(f"alias chain loops: {loop}")
-            seen.append(r)
-        root[b] = r
-
-    implied = implied_costs(size, alias_of, parent)
-    size_alloc: list[int] = [0] * nb
-    size_free: list[int] = [0] * nb
-    for b, spec in enumerate(specs):
-        what = f"buffer {spec.name!r}"
-        if isinstance(spec, InputSpec):
-            cost = size[b] if spec.freeable else 0
-            size_alloc[b] = size_free[b] = cost
-            continue
-        size_alloc[b] = implied[b][0] if spec.size_alloc is None else resolve_size(spec.size_alloc, hints, what + " size_alloc")[0]
-        size_free[b] = implied[b][1] if spec.size_free is None else resolve_size(spec.size_free, hints, what + " size_free")[0]
-
-    # Node reads: declared, then forwarded to alias roots.
-    n = len(nodes)
-    declared: list[tuple[int, ...]] = []
-    reads: list[tuple[int, ...]] = []
-    after: list[tuple[int, ...]] = []
-    for i, node in enumerate(nodes):
-        if isinstance(node.reads, str) or isinstance(node.after, str):
-            raise GraphError(f"node {node.name!r}: reads and after must be lists of names, not a string")
-        d = _unique_in_order(lookup(r, f"node {node.name!r}") for r in node.reads)
-        for b in d:
-            if producer[b] == i:
-                raise GraphError(f"node {node.name!r} reads its own output {specs[b].name!r}")
-        declared.append(d)
-        # Inductor lists a node's pred_buffers by producer, graph inputs last.
-        forwarded = set(d) | {root[b] for b in d}
-        reads.append(tuple(sorted(forwarded, key=lambda b: (is_input[b], b))))
-        a = []
-        for other in node.after:
-            if other not in node_index:
-                raise GraphError(f"node {node.name!r} must run after unknown node {other!r}")
-            if node_index[other] == i:
-                raise GraphError(f"node {node.name!r} must run after itself")
-            a.append(node_index[other])
-        after.append(_unique_in_order(a))
-
-    for b in range(nb):
-        if alias_of[b] is not None and root[b] not in reads[producer[b]]:
-            raise GraphError(
-                f"alias {specs[b].name!r} of {specs[alias_of[b]].name!r}: its producer "
-                f"{node_names[producer[b]]!r} must read the buffer it renames or views"
-            )
-        p = parent[b]
-        if p is not None and producer[p] != producer[b] and p not in reads[producer[b]]:
-            raise GraphError(
-                f"multi-output child {specs[b].name!r}: its producer {node_names[producer[b]]!r} "
-                f"must read the parent {specs[p].name!r}"
-            )
-
-    readers: list[list[int]] = [[] for _ in range(nb)]
-    for i in range(n):
-        for b in reads[i]:
-            readers[b].append(i)
-
-    preds: list[tuple[int, ...]] = []
-    for i in range(n):
-        ps = [producer[b] for b in reads[i] if producer[b] is not None and producer[b] != i]
-        preds.append(_unique_in_order(ps + list(after[i])))
-    succ_lists: list[list[int]] = [[] for _ in range(n)]
-    outputs_of: list[list[int]] = [[] for _ in range(n)]
-    for b in range(nb):
-        if producer[b] is not None:
-            outputs_of[producer[b]].append(b)
-    # Successors in Inductor's order: readers of each output buffer, then ordering-only ones.
-    after_succ: list[list[int]] = [[] for _ in range(n)]
-    for i in range(n):
-        for p in after[i]:
-            after_succ[p].append(i)
-    for i in range(n):
-        seq = [r for b in outputs_of[i] for r in readers[b] if r != i] + after_succ[i]
-        succ_lists[i] = list(_unique_in_order(seq))
-
-    is_output = [False] * nb
-    for o in outputs:
-        is_output[lookup(o, "graph outputs")] = True
-
+    hints = check_size_hints(size_hints)
+    nodes = list(nodes)
+    node_index = _index_nodes(nodes)
+    node_names = tuple(node_index)
+    specs, producer, buffer_index = _collect_buffers(nodes, list(inputs), node_names)
+    names = tuple(buffer_index)
+    is_input = [p is None for p in producer]
+    alias_of, alias_kind, parent = _links(specs, buffer_index)
+    root = _alias_roots(alias_of, names)
+    size, symbolic, size_alloc, size_free, freeable = _sizes(specs, producer, alias_of, parent, hints)
+    declared, reads, after = _node_reads(nodes, node_index, buffer_index, names, producer, root, is_input)
+    _check_links(names, node_names, producer, alias_of, parent, root, reads)
+    readers, outputs_of, preds, succs = _adjacency(len(nodes), producer, reads, after)
+    is_output = [False] * len(specs)
+    for o in _names(list(outputs) if not isinstance(outputs, str) else outputs, "graph outputs"):
+        is_output[_lookup(buffer_index, o, "graph outputs")] = True
     graph = Graph(
-        name=name,
+        name=name if isinstance(name, str) else str(name),
         size_hints=hints,
         node_names=node_names,
-        buffer_names=tuple(s.name for s in specs),
+        buffer_names=names,
         size=tuple(size),
         symbolic_size=tuple(symbolic),
         size_alloc=tuple(size_alloc),
         size_free=tuple(size_free),
         producer=tuple(producer),
-        is_input=is_input,
-        freeable=freeable,
+        freeable=tuple(freeable),
         is_output=tuple(is_output),
         alias_of=tuple(alias_of),
         alias_kind=tuple(alias_kind),
@@ -414,43 +554,47 @@ def build_graph(
         declared_reads=tuple(declared),
         after=tuple(after),
         preds=tuple(preds),
-        succs=tuple(tuple(s) for s in succ_lists),
-        alloc_size=tuple(sum(size_alloc[b] for b in outputs_of[i]) for i in range(n)),
-        workspace=tuple(resolve_size(nd.workspace, hints, f"node {nd.name!r} workspace")[0] for nd in nodes),
+        succs=tuple(succs),
+        workspace=tuple(resolve_size(nd.workspace, hints, f"node {nd.name!r} field 'workspace'")[0] for nd in nodes),
         unique_workspace=tuple(
-            resolve_size(nd.unique_workspace, hints, f"node {nd.name!r} unique_workspace")[0] for nd in nodes
+            resolve_size(nd.unique_workspace, hints, f"node {nd.name!r} field 'unique_workspace'")[0] for nd in nodes
         ),
-        node_index=node_index,
-        buffer_index=buffer_index,
+        _index=(node_index, buffer_index),
     )
-    _check_acyclic(graph)
+    _check_listed_order(graph)
     return graph
 
 
-def _check_acyclic(graph: Graph) -> None:
-    """Kahn's algorithm; on failure walk predecessors among the unscheduled to print a cycle."""
-    n = graph.num_nodes
-    indegree = [len(p) for p in graph.preds]
-    ready = [v for v in range(n) if indegree[v] == 0]
+def _check_listed_order(graph: Graph) -> None:
+    """The baseline order must run: raise :class:`CycleError` with a cycle if there is one, else name the misplaced node."""
+    for v in range(graph.num_nodes):
+        late = [p for p in graph.preds[v] if p > v]
+        if late:
+            break
+    else:
+        return
+    kahn = Kahn(graph)
+    ready = kahn.initial()
     done = 0
     while ready:
-        v = ready.pop()
         done += 1
-        for s in graph.succs[v]:
-            indegree[s] -= 1
-            if indegree[s] == 0:
-                ready.append(s)
-    if done == n:
-        return
-    stuck = next(v for v in range(n) if indegree[v] > 0)
+        ready.extend(kahn.done(ready.pop()))
+    indegree = kahn.indegree
+    if done == graph.num_nodes:
+        p = late[0]
+        raise GraphError(
+            f"node {graph.node_names[v]!r} (#{v}) is listed before {graph.node_names[p]!r} (#{p}), which it "
+            f"depends on: list nodes in an order that runs"
+        )
+    stuck = next(x for x in range(graph.num_nodes) if indegree[x] > 0)
     position: dict[int, int] = {}
     walk: list[int] = []
-    v = stuck
-    while v not in position:
-        position[v] = len(walk)
-        walk.append(v)
-        v = next(p for p in graph.preds[v] if indegree[p] > 0)
-    loop = walk[position[v]:]  # each entry's successor in the walk is one of its predecessors
+    x = stuck
+    while x not in position:
+        position[x] = len(walk)
+        walk.append(x)
+        x = next(p for p in graph.preds[x] if indegree[p] > 0)
+    loop = walk[position[x]:]  # each entry's successor in the walk is one of its predecessors
     loop.reverse()
-    names = [graph.node_names[x] for x in loop]
+    names = [graph.node_names[y] for y in loop]
     raise CycleError(names + [names[0]])

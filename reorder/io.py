@@ -15,9 +15,10 @@ Two formats (both JSON; ``docs/format.md`` describes them field by field):
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from .errors import GraphError
 from .graph import BufferSpec, Graph, InputSpec, NodeSpec, build_graph, implied_costs
@@ -36,84 +37,179 @@ FORMAT_NAME = "reorder-graph"
 FORMAT_VERSION = 1
 
 
-def _require(obj: Any, key: str, where: str) -> Any:
-    if not isinstance(obj, dict) or key not in obj:
-        raise GraphError(f"{where}: missing field {key!r}")
-    return obj[key]
+_REQUIRED = object()
 
 
-def _list(obj: Any, where: str) -> list:
-    if not isinstance(obj, list):
-        raise GraphError(f"{where}: expected a list, got {type(obj).__name__}")
-    return obj
+@contextlib.contextmanager
+def _prefixed(name: str) -> Iterator[None]:
+    """Start the message of a :class:`GraphError` raised inside with the graph's name (keeping its class)."""
+    try:
+        yield
+    except GraphError as exc:
+        if exc.args and not str(exc.args[0]).startswith(f"{name}:"):
+            exc.args = (f"{name}: {exc.args[0]}", *exc.args[1:])
+        raise
+
+
+def _describe(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, (str, int, float, bool, type(None))) else type(value).__name__
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class _Fields:
+    """One JSON object's fields, each read with its type checked.
+
+    Every error is a :class:`GraphError` that names the object (``where``:
+    the node or buffer) and the field, so a malformed file is reported,
+    never silently read as a different graph.
+    """
+
+    def __init__(self, value: Any, where: str, known: frozenset[str] | None = None):
+        if not isinstance(value, dict):
+            raise GraphError(f"{where}: expected an object, got {_describe(value)}")
+        self.value = value
+        self.where = where
+        if known is not None:
+            extra = sorted(set(value) - known)
+            if extra:
+                raise GraphError(f"{where}: unknown fields {extra}")
+
+    def _get(self, key: str, default: Any) -> Any:
+        if key in self.value:
+            return self.value[key]
+        if default is _REQUIRED:
+            raise GraphError(f"{self.where}: missing field {key!r}")
+        return default
+
+    def _wrong(self, key: str, expected: str) -> GraphError:
+        return GraphError(f"{self.where} field {key!r}: expected {expected}, got {_describe(self.value[key])}")
+
+    def name(self, key: str = "name", default: Any = _REQUIRED) -> str:
+        value = self._get(key, default)
+        if value is not default and (not isinstance(value, str) or not value):
+            raise self._wrong(key, "a non-empty string")
+        return value
+
+    def count(self, key: str, default: Any = _REQUIRED) -> int:
+        """A non-negative integer (a byte count or a version)."""
+        value = self._get(key, default)
+        if value is not default and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise self._wrong(key, "a non-negative integer")
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self._get(key, default)
+        if not isinstance(value, bool):
+            raise self._wrong(key, "true or false")
+        return value
+
+    def size(self, key: str, default: Any = _REQUIRED) -> int | str:
+        """An integer or an expression text; :func:`reorder.sizes.resolve_size` checks the rest."""
+        value = self._get(key, default)
+        if value is not default and (isinstance(value, bool) or not isinstance(value, (int, str))):
+            raise self._wrong(key, "an integer number of bytes or a size expression")
+        return value
+
+    def items(self, key: str, default: Any = _REQUIRED) -> list:
+        value = self._get(key, default)
+        if not isinstance(value, list):
+            raise self._wrong(key, "a list")
+        return value
+
+    def names(self, key: str, default: Any = _REQUIRED) -> list[str]:
+        value = self.items(key, default)
+        for i, v in enumerate(value):
+            if not isinstance(v, str) or not v:
+                raise GraphError(f"{self.where} field {key!r} entry #{i}: expected a non-empty string, got {_describe(v)}")
+        return value
+
+    def mapping(self, key: str) -> dict | None:
+        value = self._get(key, None)
+        if value is not None and not isinstance(value, dict):
+            raise self._wrong(key, "an object")
+        return value
 
 
 def graph_from_simulator(data: dict, name: str = "graph") -> Graph:
     """Build a :class:`Graph` from torch's simulator JSON (already parsed)."""
-    buffers = _list(_require(data, "buffers", name), f"{name}: buffers")
-    nodes = _list(_require(data, "nodes", name), f"{name}: nodes")
+    top = _Fields(data, name)
     by_name: dict[str, dict] = {}
-    for i, buf in enumerate(buffers):
-        bname = _require(buf, "name", f"{name}: buffer #{i}")
+    for i, raw in enumerate(top.items("buffers")):
+        f = _Fields(raw, f"{name}: buffer #{i}")
+        bname = f.name()
+        f.where = f"{name}: buffer {bname!r}"
         if bname in by_name:
             raise GraphError(f"{name}: duplicate buffer name {bname!r}")
-        by_name[bname] = buf
-
+        by_name[bname] = {
+            "name": bname,
+            "size_alloc": f.count("size_alloc"),
+            "size_free": f.count("size_free"),
+            "size": f.count("size", None),
+            "is_input": f.flag("is_input", False),
+            "is_output": f.flag("is_output", False),
+            "deps": f.names("deps", []),
+        }
+        f.names("unmet_deps", [])
+    buffers = list(by_name.values())
+    nodes: list[tuple[str, list[str]]] = []
     writer: dict[str, str] = {}
-    for i, node in enumerate(nodes):
-        nname = _require(node, "name", f"{name}: node #{i}")
-        for bname in _list(_require(node, "buffer_names", f"{name}: node {nname!r}"), f"node {nname!r}"):
+    for i, raw in enumerate(top.items("nodes")):
+        f = _Fields(raw, f"{name}: node #{i}")
+        nname = f.name()
+        f.where = f"{name}: node {nname!r}"
+        written = f.names("buffer_names")
+        for bname in written:
             if bname not in by_name:
                 raise GraphError(f"{name}: node {nname!r} writes buffer {bname!r}, which is not in 'buffers'")
             if bname in writer:
                 raise GraphError(f"{name}: buffer {bname!r} has two producers: {writer[bname]!r} and {nname!r}")
             writer[bname] = nname
+        nodes.append((nname, written))
     for bname, buf in by_name.items():
-        if not buf.get("is_input") and bname not in writer:
+        if not buf["is_input"] and bname not in writer:
             raise GraphError(f"{name}: buffer {bname!r} is neither a graph input nor written by a node")
+        if buf["is_input"] and bname in writer:
+            raise GraphError(f"{name}: buffer {bname!r} is marked is_input but node {writer[bname]!r} writes it")
 
     def is_parent(b: str) -> bool:
         buf = by_name.get(b)
-        return buf is not None and not buf.get("is_input") and buf["size_alloc"] > 0 and buf["size_free"] == 0
+        return buf is not None and not buf["is_input"] and buf["size_alloc"] > 0 and buf["size_free"] == 0
 
     node_deps: dict[str, list[str]] = {}
-    for node in nodes:
+    for nname, written in nodes:
         deps: list[str] = []
-        for bname in node["buffer_names"]:
-            deps.extend(_list(by_name[bname].get("deps", []), f"buffer {bname!r} deps"))
-        node_deps[node["name"]] = list(dict.fromkeys(deps))
+        for bname in written:
+            deps.extend(by_name[bname]["deps"])
+        node_deps[nname] = list(dict.fromkeys(deps))
     alias = _infer_renames(by_name, writer, node_deps)
 
-    inputs = [
-        InputSpec(b["name"], b.get("size_free", b.get("size", 0)), freeable=True)
-        for b in buffers
-        if b.get("is_input")
-    ]
+    inputs = [InputSpec(b["name"], b["size_free"], freeable=True) for b in buffers if b["is_input"]]
     node_specs = []
-    for node in nodes:
-        deps = node_deps[node["name"]]
+    for nname, written in nodes:
+        deps = node_deps[nname]
         parents = [r for r in deps if is_parent(r)]
         # The file's deps are forwarded to rename roots; a node that reads a
         # rename declared only the rename (Inductor's DFS walks declared reads).
         forwarded = {alias[r] for r in deps if r in alias}
         reads = [r for r in deps if r not in forwarded]
         outputs = []
-        for bname in node["buffer_names"]:
+        for bname in written:
             buf = by_name[bname]
             child = buf["size_alloc"] == 0 and buf["size_free"] > 0 and parents
             outputs.append(
                 BufferSpec(
                     bname,
-                    size=buf["size_free"] if child else buf.get("size", buf["size_free"]),
+                    size=buf["size_free"] if child or buf["size"] is None else buf["size"],
                     parent=parents[0] if child else None,
                     alias_of=alias.get(bname),
                     size_alloc=buf["size_alloc"],
                     size_free=buf["size_free"],
                 )
             )
-        node_specs.append(NodeSpec(node["name"], outputs=outputs, reads=reads))
-    outputs = [b["name"] for b in buffers if b.get("is_output")]
-    return build_graph(node_specs, inputs, outputs, name=name)
+        node_specs.append(NodeSpec(nname, outputs=outputs, reads=reads))
+    outputs = [b["name"] for b in buffers if b["is_output"]]
+    with _prefixed(name):
+        return build_graph(node_specs, inputs, outputs, name=name)
 
 
 def _infer_renames(by_name: dict, writer: dict, node_deps: dict) -> dict[str, str]:
@@ -224,42 +320,68 @@ def graph_to_dict(graph: Graph) -> dict:
     return data
 
 
+TOP_FIELDS = frozenset({"format", "version", "name", "size_hints", "inputs", "nodes", "outputs"})
+INPUT_FIELDS = frozenset({"name", "size", "freeable"})
+NODE_FIELDS = frozenset({"name", "outputs", "reads", "after", "workspace", "unique_workspace"})
+OUTPUT_FIELDS = frozenset({"name", "size", "alias_of", "alias_kind", "parent", "size_alloc", "size_free"})
+
+
 def graph_from_dict(data: dict) -> Graph:
     """Build a :class:`Graph` from the library's own format (already parsed)."""
-    name = data.get("name", "graph")
-    version = data.get("version", FORMAT_VERSION)
+    top = _Fields(data, "graph", TOP_FIELDS)
+    name = top.name("name", "graph")
+    top.where = name
+    version = top.count("version", FORMAT_VERSION)
     if version != FORMAT_VERSION:
         raise GraphError(f"{name}: unsupported {FORMAT_NAME} version {version!r} (this library reads {FORMAT_VERSION})")
     inputs = []
-    for i, entry in enumerate(_list(data.get("inputs", []), f"{name}: inputs")):
-        inputs.append(InputSpec(_require(entry, "name", f"{name}: input #{i}"), entry.get("size", 0),
-                                freeable=entry.get("freeable", True)))
+    for i, raw in enumerate(top.items("inputs", [])):
+        f = _Fields(raw, f"{name}: input #{i}", INPUT_FIELDS)
+        iname = f.name()
+        f.where = f"{name}: input {iname!r}"
+        inputs.append(InputSpec(iname, f.size("size", 0), freeable=f.flag("freeable", True)))
     nodes = []
-    for i, entry in enumerate(_list(_require(data, "nodes", name), f"{name}: nodes")):
-        nname = _require(entry, "name", f"{name}: node #{i}")
+    for i, raw in enumerate(top.items("nodes")):
+        f = _Fields(raw, f"{name}: node #{i}", NODE_FIELDS)
+        nname = f.name()
+        f.where = f"{name}: node {nname!r}"
         outs = []
-        for j, out in enumerate(_list(entry.get("outputs", []), f"node {nname!r} outputs")):
-            known = {"name", "size", "alias_of", "alias_kind", "parent", "size_alloc", "size_free"}
-            extra = set(out) - known if isinstance(out, dict) else set()
-            if extra:
-                raise GraphError(f"node {nname!r} output #{j}: unknown fields {sorted(extra)}")
-            outs.append(BufferSpec(**{"name": _require(out, "name", f"node {nname!r} output #{j}"), **out}))
-        nodes.append(NodeSpec(nname, outputs=outs, reads=entry.get("reads", []), after=entry.get("after", []),
-                              workspace=entry.get("workspace", 0), unique_workspace=entry.get("unique_workspace", 0)))
-    return build_graph(nodes, inputs, data.get("outputs", []), name=name, size_hints=data.get("size_hints"))
+        for j, raw_out in enumerate(f.items("outputs", [])):
+            o = _Fields(raw_out, f"{name}: node {nname!r} output #{j}", OUTPUT_FIELDS)
+            oname = o.name()
+            o.where = f"{name}: buffer {oname!r}"
+            outs.append(BufferSpec(
+                oname, o.size("size", 0), alias_of=o.name("alias_of", None), alias_kind=o.name("alias_kind", "mutation"),
+                parent=o.name("parent", None), size_alloc=o.size("size_alloc", None), size_free=o.size("size_free", None),
+            ))
+        nodes.append(NodeSpec(nname, outputs=outs, reads=f.names("reads", []), after=f.names("after", []),
+                              workspace=f.size("workspace", 0), unique_workspace=f.size("unique_workspace", 0)))
+    with _prefixed(name):
+        return build_graph(nodes, inputs, top.names("outputs", []), name=name, size_hints=top.mapping("size_hints"))
 
 
 def load_graph(path: str | Path, name: str | None = None) -> Graph:
-    """Read a graph file in either format; the graph is named after the file unless it names itself."""
+    """Read a graph file in either format; the graph is named after the file unless it names itself.
+
+    Every problem with the file (unreadable, not JSON, nested too deeply,
+    wrong fields or types, an invalid graph) is a :class:`GraphError` that
+    names the file and, where there is one, the node or buffer and field.
+    """
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise GraphError(f"no such graph file: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GraphError(f"{path}: cannot read the file ({exc})") from None
     except json.JSONDecodeError as exc:
         raise GraphError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise GraphError(f"{path}: JSON nested too deeply") from None
+    except ValueError as exc:  # integers too long to convert
+        raise GraphError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise GraphError(f"{path}: expected a JSON object at the top level")
+        raise GraphError(f"{path}: expected a JSON object at the top level, got {_describe(data)}")
     if data.get("format") == FORMAT_NAME:
         return graph_from_dict(data if name is None else {**data, "name": name})
     if "nodes" in data and "buffers" in data:

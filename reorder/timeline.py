@@ -149,15 +149,11 @@ def resident_bytes(graph: Graph) -> list[int]:
     theirs); parents and aliases hold nothing of their own; every other buffer
     holds the smaller of what it allocates and what it frees.
     """
-    has_children = [False] * graph.num_buffers
-    for b in range(graph.num_buffers):
-        if graph.parent[b] is not None:
-            has_children[graph.parent[b]] = True
     out = []
     for b in range(graph.num_buffers):
         if graph.parent[b] is not None:
             out.append(graph.size_free[b])
-        elif has_children[b] or graph.alias_of[b] is not None:
+        elif graph.children[b] or graph.alias_of[b] is not None:
             out.append(0)
         else:
             out.append(min(graph.size_alloc[b], graph.size_free[b]))

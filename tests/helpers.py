@@ -12,6 +12,7 @@ from pathlib import Path
 from hypothesis import strategies as st
 
 from reorder import BufferSpec, InputSpec, NodeSpec, build_graph
+from reorder.graph import Kahn
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAPHS = ROOT / "reorder" / "data" / "graphs"
@@ -161,17 +162,14 @@ def all_topological_orders(graph, limit=50_000):
 
 def random_order(graph, priorities):
     """A topological order choosing the ready node with the highest priority."""
-    indegree = [len(p) for p in graph.preds]
-    ready = [v for v in range(graph.num_nodes) if indegree[v] == 0]
+    kahn = Kahn(graph)
+    ready = kahn.initial()
     order = []
     while ready:
         ready.sort(key=lambda v: priorities[v % len(priorities)] if priorities else v)
         v = ready.pop()
         order.append(v)
-        for s in graph.succs[v]:
-            indegree[s] -= 1
-            if indegree[s] == 0:
-                ready.append(s)
+        ready.extend(kahn.done(v))
     return order
 
 

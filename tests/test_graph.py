@@ -83,20 +83,20 @@ def test_symbolic_sizes_resolve_with_hints_and_keep_their_expression():
     g = build_graph([NodeSpec("a", [BufferSpec("x", "s0*4096")])], inputs=[InputSpec("i", "2*s0 + s1")],
                     outputs=["x"], size_hints={"s0": 8, "s1": 3})
     assert g.size[g.buffer_index["x"]] == 32768
-    assert g.symbolic_size[g.buffer_index["x"]] == "4096*s0"
+    assert g.symbolic_size[g.buffer_index["x"]] == "s0*4096"
     assert g.size[g.buffer_index["i"]] == 19
 
 
 @pytest.mark.parametrize("nodes, inputs, outputs, message", [
-    ([NodeSpec("a", [BufferSpec("x", 1)], reads=["nope"])], [], [], "node 'a' names unknown buffer 'nope'"),
+    ([NodeSpec("a", [BufferSpec("x", 1)], reads=["nope"])], [], [], "node 'a' field 'reads' names unknown buffer 'nope'"),
     ([NodeSpec("a", [BufferSpec("x", 1)]), NodeSpec("b", [BufferSpec("x", 1)])], [], [],
      "buffer 'x' has two producers: 'a' and 'b'"),
     ([NodeSpec("a", [BufferSpec("x", 1)]), NodeSpec("a", [BufferSpec("y", 1)])], [], [], "duplicate node name 'a'"),
     ([NodeSpec("a", [BufferSpec("x", 1)])], [InputSpec("x", 1)], [], "duplicate buffer name 'x'"),
-    ([NodeSpec("a", [BufferSpec("x", -5)])], [], [], "buffer 'x': size must not be negative, got -5"),
-    ([NodeSpec("a", [BufferSpec("x", 2.5)])], [], [], "buffer 'x': size must be an integer or an expression"),
+    ([NodeSpec("a", [BufferSpec("x", -5)])], [], [], "buffer 'x' field 'size': size -5 is negative"),
+    ([NodeSpec("a", [BufferSpec("x", 2.5)])], [], [], "buffer 'x' field 'size': a size must be an integer number of bytes or an expression, got 2.5"),
     ([NodeSpec("a", [BufferSpec("x", "s0/3")])], [], [], "needs a size hint for s0"),
-    ([NodeSpec("a", [BufferSpec("x", "s0 +* 2")])], [], [], "buffer 'x': cannot parse size expression"),
+    ([NodeSpec("a", [BufferSpec("x", "s0 +* 2")])], [], [], "buffer 'x' field 'size': unexpected '*' in size expression 's0 +* 2'"),
     ([NodeSpec("a", [BufferSpec("x", 1)])], [], ["ghost"], "graph outputs names unknown buffer 'ghost'"),
     ([NodeSpec("a", [BufferSpec("x", 1)], after=["zz"])], [], [], "node 'a' must run after unknown node 'zz'"),
     ([NodeSpec("a", [BufferSpec("x", 1)], reads=["x"])], [], [], "node 'a' reads its own output 'x'"),

@@ -63,18 +63,10 @@ def storage_intervals(
     step = [0] * n
     for s, v in enumerate(order):
         step[v] = s
-    members: dict[int, list[int]] = {}
-    kept_to_end = [False] * graph.num_buffers
-    has_children = [False] * graph.num_buffers
-    for b in range(graph.num_buffers):
-        members.setdefault(graph.root[b], []).append(b)
-        if graph.is_output[b]:
-            kept_to_end[graph.root[b]] = True
-        if graph.parent[b] is not None:
-            has_children[graph.parent[b]] = True
+    members = graph.members
     storages = []
     for b in range(graph.num_buffers):
-        if graph.alias_of[b] is not None or has_children[b] or graph.size[b] == 0:
+        if graph.alias_of[b] is not None or graph.children[b] or graph.size[b] == 0:
             continue
         if graph.is_input[b]:
             if not graph.freeable[b] or not include_inputs:
@@ -83,10 +75,10 @@ def storage_intervals(
         else:
             writer = graph.producer[graph.parent[b]] if graph.parent[b] is not None else graph.producer[b]
             start = step[writer]
-        if kept_to_end[b]:
+        if any(graph.is_output[m] for m in members[b]):
             end = n
         else:
             own_step = 0 if graph.is_input[b] else step[graph.producer[b]]
             end = max([own_step] + [step[r] for r in graph.readers[b]]) + 1
-        storages.append(Storage(b, start, end, align(graph.size[b], alignment), tuple(members[b])))
+        storages.append(Storage(b, start, end, align(graph.size[b], alignment), members[b]))
     return storages

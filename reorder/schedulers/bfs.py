@@ -12,7 +12,7 @@ import heapq
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..graph import Graph
+from ..graph import Graph, Kahn
 from .base import register, simple
 
 __all__ = ["bfs_order", "Bfs"]
@@ -21,19 +21,17 @@ __all__ = ["bfs_order", "Bfs"]
 def bfs_order(graph: Graph) -> list[int]:
     """The order of ``topological_sort_bfs`` as node ids."""
     preds = graph.preds
-    indegree = [len(p) for p in preds]
+    kahn = Kahn(graph)
     step = [-1] * graph.num_nodes
-    ready = [((), v) for v in range(graph.num_nodes) if indegree[v] == 0]
+    ready = [((), v) for v in kahn.initial()]
     heapq.heapify(ready)
     order: list[int] = []
     while ready:
         _, v = heapq.heappop(ready)
         step[v] = len(order)
         order.append(v)
-        for s in graph.succs[v]:
-            indegree[s] -= 1
-            if indegree[s] == 0:
-                heapq.heappush(ready, (tuple(sorted({step[p] for p in preds[s]})), s))
+        for s in kahn.done(v):
+            heapq.heappush(ready, (tuple(sorted({step[p] for p in preds[s]})), s))
     return order
 
 

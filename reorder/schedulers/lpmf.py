@@ -37,7 +37,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..graph import Graph
+from ..graph import Graph, Kahn
 from .base import register, simple
 
 __all__ = ["lpmf_order", "Lpmf"]
@@ -116,7 +116,7 @@ def lpmf_order(graph: Graph, size_threshold: int = 0) -> list[int]:
             i = 2 * i if tree[2 * i] < inf else 2 * i + 1
         return i - width
 
-    indegree = [len(p) for p in graph.preds]
+    kahn = Kahn(graph)
     ready: set[int] = set()
     use_tree = False  # while few nodes are ready, a direct scan beats the tree's upkeep
     succ_heap: list[tuple[int, int, int]] = []
@@ -139,9 +139,8 @@ def lpmf_order(graph: Graph, size_threshold: int = 0) -> list[int]:
             heapq.heappush(succ_heap, (first_succ[v], arrivals, v))
             arrivals += 1
 
-    for v in range(n):
-        if indegree[v] == 0:
-            make_ready(v)
+    for v in kahn.initial():
+        make_ready(v)
 
     order: list[int] = []
     while ready:
@@ -173,10 +172,8 @@ def lpmf_order(graph: Graph, size_threshold: int = 0) -> list[int]:
         live -= to_free[chosen]
         gap = peak - live
 
-        for s in graph.succs[chosen]:
-            indegree[s] -= 1
-            if indegree[s] == 0:
-                make_ready(s)
+        for s in kahn.done(chosen):
+            make_ready(s)
         for b in reads[chosen]:
             outdegree[b] -= 1
             if outdegree[b] == 1:
