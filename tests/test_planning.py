@@ -1,5 +1,6 @@
 """Slab planning: storage semantics, every strategy validated, the bound, and the validator itself."""
 
+import dataclasses
 import json
 
 import pytest
@@ -117,6 +118,46 @@ def test_validator_names_the_overlapping_buffers_and_step():
     with pytest.raises(PlanError, match="runs past the tensor region"):
         broken_plan(offsets=(0, 24)).validate()
     broken_plan(offsets=(0, 0), starts=(0, 2)).validate()  # half-open: x is dead when y starts
+
+
+def test_validator_sees_an_overlap_next_to_a_zero_size_storage():
+    with pytest.raises(PlanError, match="buffers 'a' and 'c' share bytes"):
+        SlabPlan.of_intervals(["a", "z", "c"], [0, 0, 1], [3, 3, 2], [100, 0, 10], [0, 50, 60]).validate()
+
+
+@settings(max_examples=400)
+@given(data=st.data())
+def test_validator_is_exact_against_brute_force(data):
+    """validate() raises if and only if two positive storages live at a common step share a byte,
+    or one reaches past the slab: zero sizes, equal starts and ends, touching lifetimes and bytes."""
+    n = data.draw(st.integers(1, 7))
+    starts = data.draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))
+    ends = [s + data.draw(st.integers(1, 3)) for s in starts]
+    sizes = data.draw(st.lists(st.sampled_from([0, 0, 1, 2, 4]), min_size=n, max_size=n))
+    offsets = data.draw(st.lists(st.integers(0, 8), min_size=n, max_size=n))
+    names = [f"s{i}" for i in range(n)]
+    plan = SlabPlan.of_intervals(names, starts, ends, sizes, offsets)
+    top = plan.tensor_bytes
+    if data.draw(st.booleans()):  # sometimes a slab too small for its storages
+        top = data.draw(st.integers(0, plan.tensor_bytes))
+        plan = dataclasses.replace(plan, tensor_bytes=top, shared_workspace=(top, 0))
+    bad = overlaps(starts, ends, sizes, offsets)
+    past = [i for i in range(n) if offsets[i] + sizes[i] > top]
+    if bad or past:
+        with pytest.raises(PlanError) as err:
+            plan.validate()
+        if not past:
+            message = str(err.value)
+            assert any(f"'s{i}'" in message and f"'s{j}'" in message for i, j in bad), message
+    else:
+        plan.validate()
+
+
+def test_offset_of_finds_aliases_through_one_index():
+    plan = SlabPlan.of_intervals(["a", "b"], [0, 0], [1, 1], [8, 8], [0, 8])
+    assert plan.offset_of("b") == 8
+    with pytest.raises(PlanError, match="buffer 'q' owns no storage"):
+        plan.offset_of("q")
 
 
 def test_pack_cli_contract(capsys, tmp_path):

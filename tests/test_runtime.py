@@ -1,5 +1,7 @@
 """The slab runtime: real programs in one planned allocation, equal to eager, and the verifier."""
 
+import dataclasses
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -7,9 +9,11 @@ from hypothesis import strategies as st
 from torch import nn
 
 from benchmarks.zoo import make
-from reorder import PlanError
+from reorder import PlanError, ReorderError
+from reorder.planning import plan_memory
+from reorder.schedulers import METHODS, make_method
 from reorder.runtime import capture, slab_module
-from reorder.runtime.executor import out_variant
+from reorder.runtime.executor import SlabModule, out_variant
 
 
 @pytest.mark.parametrize("name", ["inception", "resnet", "transformer", "densenet"])
@@ -61,6 +65,57 @@ def test_new_inputs_and_output_structure():
     assert torch.equal(got[0].values, expected[0].values) and torch.equal(got[1], expected[1])
 
 
+def test_calls_must_match_the_traced_inputs():
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 4)).eval()
+    x = torch.randn(2, 4)
+    run = slab_module(model, x)
+    with torch.no_grad():
+        assert torch.equal(run(x), model(x))
+    for bad, message in [
+        (torch.randn(6, 4), r"input #0 has shape \(6, 4\), but the program was traced with \(2, 4\)"),
+        (torch.randn(4, 2).t(), r"input #0 has strides \(1, 2\), but the program was traced with \(4, 1\)"),
+        (torch.randn(2, 4, dtype=torch.float64), r"input #0 has dtype torch.float64, but .* torch.float32"),
+    ]:
+        with pytest.raises(ReorderError, match=message):
+            run(bad)
+    with pytest.raises(ReorderError, match="expected 1 inputs, got 0"):
+        run()
+    model[0].weight.data = torch.randn(8, 3)
+    with pytest.raises(ReorderError, match=r"parameter or buffer '0.weight' has shape \(8, 3\)"):
+        run(x)
+
+
+class TwoDropouts(nn.Module):
+    """Two independent random branches: any order that swaps them draws their masks in the other order."""
+
+    def __init__(self):
+        super().__init__()
+        self.big = nn.Linear(16, 64)
+        self.small = nn.Linear(16, 4)
+        self.noise = nn.Dropout(0.5)
+
+    def forward(self, x):
+        a = self.noise(self.big(x)).sum(1, keepdim=True)
+        b = self.noise(self.small(x) * 3).sum(1, keepdim=True)
+        c = torch.rand_like(x).sum(1, keepdim=True)
+        return a - b + c
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_random_ops_keep_program_order_under_every_method(method):
+    model = TwoDropouts().train()
+    x = torch.randn(8, 16)
+    captured = capture(model, x)
+    graph = captured.graph
+    order = make_method(method).run(graph, list(range(graph.num_nodes))).order
+    run = SlabModule(model, captured, plan_memory(graph, order, include_inputs=False), x.device, method)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        expected = model(x)
+    torch.manual_seed(0)
+    assert torch.equal(run(x), expected)
+
+
 def test_capture_models_views_and_mutations():
     class M(nn.Module):
         def forward(self, x):
@@ -94,7 +149,7 @@ def test_verifier_catches_a_plan_that_shares_live_bytes():
              and plan.starts[i] < plan.ends[k] - 1 and plan.sizes[i] <= plan.sizes[k])
     offsets = list(plan.offsets)
     offsets[j] = offsets[k]
-    broken = type(plan)(**{**plan.__dict__, "offsets": tuple(offsets)})
+    broken = dataclasses.replace(plan, offsets=tuple(offsets))
     with pytest.raises(PlanError, match="share bytes"):
         broken.validate()
     run.plan = broken

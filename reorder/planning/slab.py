@@ -8,7 +8,10 @@ largest request, comes last. Every offset is a multiple of ``alignment``.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
+from functools import cached_property
+
 from ..errors import PlanError
 from .offsets import live_bytes_bound
 
@@ -61,24 +64,33 @@ class SlabPlan:
         """Slab over lower bound (1.0 is optimal)."""
         return self.slab_bytes / self.lower_bound if self.lower_bound else 1.0
 
+    @cached_property
+    def storage_index(self) -> dict[str, int]:
+        """Buffer name -> the storage it lives in (an alias lives in its root's), built once."""
+        return {name: k for k, group in enumerate(self.members) for name in group}
+
     def offset_of(self, buffer: str) -> int:
         """Offset of ``buffer``'s data (an alias shares its root's)."""
-        for k, group in enumerate(self.members):
-            if buffer in group:
-                return self.offsets[k]
-        raise PlanError(f"buffer {buffer!r} owns no storage in this plan")
+        try:
+            return self.offsets[self.storage_index[buffer]]
+        except KeyError:
+            raise PlanError(f"buffer {buffer!r} owns no storage in this plan") from None
 
     def validate(self) -> None:
         """Prove the plan sound, or raise :class:`PlanError` naming the culprits.
 
-        Checks: offsets aligned and non-negative; every storage inside the
-        tensor region; and no two storages live at the same step share a
-        byte (one sweep over lifetimes, frees before allocations at a step,
-        each new storage checked against its neighbours by offset among
-        those live).
-        """
-        import bisect
+        The contract, exactly: it raises if and only if an offset is negative
+        or misaligned, a lifetime is empty, a storage reaches past the tensor
+        region, the workspaces are not laid out after it, or two storages of
+        positive size that are live at a common step (half-open ``[start,
+        end)``) share a byte. Zero-size storages hold no bytes and take no
+        part in the overlap check.
 
+        One sweep over lifetimes (frees before allocations at a step) keeps
+        the live positive-size storages sorted by offset; they are pairwise
+        disjoint, so a new storage overlaps one of them if and only if it
+        overlaps a neighbour by offset. O(n log n) plus the list upkeep.
+        """
         a = self.alignment
         for k, name in enumerate(self.names):
             o, z = self.offsets[k], self.sizes[k]
@@ -88,9 +100,8 @@ class SlabPlan:
                 raise PlanError(f"buffer {name!r}: [{o}, {o + z}) runs past the tensor region ({self.tensor_bytes} bytes)")
             if self.starts[k] >= self.ends[k]:
                 raise PlanError(f"buffer {name!r}: empty lifetime [{self.starts[k]}, {self.ends[k]})")
-        events = sorted(
-            [(self.ends[k], 0, k) for k in range(len(self.names))] + [(self.starts[k], 1, k) for k in range(len(self.names))]
-        )
+        positive = [k for k in range(len(self.names)) if self.sizes[k] > 0]
+        events = sorted([(self.ends[k], 0, k) for k in positive] + [(self.starts[k], 1, k) for k in positive])
         live: list[tuple[int, int]] = []  # (offset, k), sorted by offset; pairwise disjoint
         for step, kind, k in events:
             key = (self.offsets[k], k)
@@ -99,7 +110,7 @@ class SlabPlan:
                 continue
             pos = bisect.bisect_left(live, key)
             for j in (pos - 1, pos):
-                if 0 <= j < len(live) and self.sizes[k] and self.sizes[live[j][1]]:
+                if 0 <= j < len(live):
                     other = live[j][1]
                     lo = max(self.offsets[k], self.offsets[other])
                     hi = min(self.offsets[k] + self.sizes[k], self.offsets[other] + self.sizes[other])

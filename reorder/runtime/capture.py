@@ -14,7 +14,11 @@ aten call is one graph node:
 
 In-place writes also order the program: a mutating node runs after every
 earlier reader of the storage it writes, and every later reader runs after
-it (ordering-only edges, as Inductor's WeakDeps).
+it (ordering-only edges, as Inductor's WeakDeps). Operations whose order is
+observable, random ones (tagged ``nondeterministic_seeded``: dropout,
+``rand``, ``bernoulli``...) and those with side effects, are chained in
+program order by ordering-only edges, so that every reordering draws the
+same random numbers as eager mode under the same seed.
 
 Placeholders (parameters, buffers, user inputs) are non-freeable inputs:
 the caller owns them and they stay out of the slab.
@@ -28,12 +32,13 @@ from typing import Any
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.node import has_side_effect
 from torch.utils._pytree import tree_flatten
 
 from ..errors import ReorderError
 from ..graph import BufferSpec, Graph, InputSpec, NodeSpec, build_graph
 
-__all__ = ["Captured", "TensorMeta", "capture"]
+__all__ = ["Captured", "TensorMeta", "capture", "check_call", "order_is_observable"]
 
 
 @dataclass(frozen=True)
@@ -53,8 +58,11 @@ class Captured:
 
     ``outputs_of[fx_node_name]`` lists the buffer name of each element of the
     node's result, in result order (None where the element is not a tensor); ``fresh`` maps fresh buffers to their metadata;
-    ``state_names`` are the placeholders bound to the module's parameters and
-    buffers, in order, followed by one per user input.
+    ``state_keys`` are the module's parameters and buffers bound to the first
+    placeholders, in order, followed by one placeholder per user input;
+    ``signature`` has, per placeholder, its label and the tensor it was
+    traced with (shape, strides, dtype, device): the slab plan holds only
+    for calls that match it.
     """
 
     gm: torch.fx.GraphModule
@@ -64,6 +72,7 @@ class Captured:
     state_keys: list[str]
     num_inputs: int
     output_spec: Any = field(default=None)
+    signature: tuple[tuple[str, tuple[int, ...], tuple[int, ...], torch.dtype, torch.device], ...] = ()
 
 
 def _tensor_values(value) -> list:
@@ -105,6 +114,13 @@ def _alias_sources(op: torch._ops.OpOverload, node: torch.fx.Node) -> list[tuple
     return out
 
 
+def order_is_observable(target) -> bool:
+    """An op whose runs must keep their program order: it draws random numbers or has side effects."""
+    if isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
+        return True
+    return has_side_effect(target)
+
+
 def capture(module: torch.nn.Module, *example_inputs: torch.Tensor) -> Captured:
     """Trace ``module`` on ``example_inputs`` (fake tensors: no real memory) and build its graph."""
     state = {**dict(module.named_parameters()), **dict(module.named_buffers())}
@@ -127,6 +143,7 @@ def capture(module: torch.nn.Module, *example_inputs: torch.Tensor) -> Captured:
     readers_since_write: dict[str, list[str]] = {}
     last_writer: dict[str, str] = {}
     graph_outputs: list[str] = []
+    last_observable: str | None = None  # the previous random or side-effecting node
 
     def buffers_in(args) -> list[str]:
         flat, _ = tree_flatten(args)
@@ -196,9 +213,42 @@ def capture(module: torch.nn.Module, *example_inputs: torch.Tensor) -> Captured:
             last_writer[root] = node.name
         for r in reads:
             readers_since_write.setdefault(storage_root[r], []).append(node.name)
+        if order_is_observable(node.target):
+            if last_observable is not None:
+                after.append(last_observable)
+            last_observable = node.name
         outputs_of[node.name] = slots if isinstance(node.target, torch._ops.OpOverload) else [o.name for o in outs]
         nodes.append(NodeSpec(node.name, outputs=outs, reads=reads, after=list(dict.fromkeys(after))))
 
     graph = build_graph(nodes, inputs, graph_outputs, name=type(module).__name__)
     state_keys = list(state)
-    return Captured(gm, graph, fresh, outputs_of, state_keys, len(example_inputs), output_spec[-1])
+    labels = [f"parameter or buffer {k!r}" for k in state_keys] + [f"input #{i}" for i in range(len(example_inputs))]
+    values = [state[k] for k in state_keys] + list(example_inputs)
+    signature = tuple(_signature(label, v) for label, v in zip(labels, values))
+    return Captured(gm, graph, fresh, outputs_of, state_keys, len(example_inputs), output_spec[-1], signature)
+
+
+def _signature(label: str, value) -> tuple:
+    if not isinstance(value, torch.Tensor):
+        raise ReorderError(f"capture: {label} is a {type(value).__name__}; only tensors can be traced")
+    return (label, tuple(value.shape), tuple(value.stride()), value.dtype, value.device)
+
+
+def check_call(captured: Captured, values: list) -> None:
+    """Raise :class:`ReorderError` unless ``values`` (state, then inputs) match what was traced.
+
+    The plan's offsets, sizes and the kernels' strides were fixed for those
+    shapes, strides, dtypes and devices; anything else would compute into
+    the wrong bytes. Trace again (``slab_module(module, *new_inputs)``) for
+    new shapes.
+    """
+    for (label, shape, stride, dtype, device), value in zip(captured.signature, values):
+        if not isinstance(value, torch.Tensor):
+            raise ReorderError(f"{captured.graph.name}: {label} must be a tensor, got {type(value).__name__}")
+        for what, traced, given in (("shape", shape, tuple(value.shape)), ("strides", stride, tuple(value.stride())),
+                                    ("dtype", dtype, value.dtype), ("device", device, value.device)):
+            if traced != given:
+                raise ReorderError(
+                    f"{captured.graph.name}: {label} has {what} {given}, but the program was traced with {traced}; "
+                    f"trace again for new inputs: slab_module(module, *inputs)"
+                )

@@ -27,7 +27,7 @@ from torch.utils._pytree import tree_map, tree_unflatten
 from ..errors import ReorderError
 from ..planning import SlabPlan, plan_orders
 from ..schedulers import reorder_for_peak_memory
-from .capture import Captured, capture
+from .capture import Captured, capture, check_call
 from .meter import AllocationMeter
 from .verifier import LifecycleVerifier
 
@@ -136,7 +136,11 @@ class SlabModule:
         if len(inputs) != cap.num_inputs:
             raise ReorderError(f"{cap.graph.name}: expected {cap.num_inputs} inputs, got {len(inputs)}")
         state = {**dict(self.module.named_parameters()), **dict(self.module.named_buffers())}
+        missing = [k for k in cap.state_keys if k not in state]
+        if missing:
+            raise ReorderError(f"{cap.graph.name}: the module no longer has {missing[0]!r}; trace it again")
         values = [state[k] for k in cap.state_keys] + list(inputs)
+        check_call(cap, values)
         env: dict[str, Any] = {p.name: v for p, v in zip(self._placeholders, values)}
         stats = CallStats()
         no_out: list[str] = []

@@ -30,10 +30,6 @@ class LifecycleVerifier:
     def __init__(self, plan: SlabPlan, slab: torch.Tensor):
         self.plan = plan
         self.slab = slab
-        self.storage_of = {}
-        for k, group in enumerate(plan.members):
-            for name in group:
-                self.storage_of[name] = k
         self.written: set[int] = set()  # storages whose producer has run and that are not released
         self.clobbered = {}  # storage -> (storage that overwrote it, step)
         self.ending = {}  # last step -> storages released after it (graph outputs never are)
@@ -50,7 +46,7 @@ class LifecycleVerifier:
     def before(self, step: int, node: str, reads: list[str]) -> None:
         """Every buffer ``node`` reads must be live in the plan and still hold its own bytes."""
         for buffer in reads:
-            k = self.storage_of.get(buffer)
+            k = self.plan.storage_index.get(buffer)
             if k is None:
                 continue  # an input the caller owns
             if not self.plan.starts[k] <= step < self.plan.ends[k]:
