@@ -3,7 +3,7 @@
     python -m benchmarks.speed_vs_torch [--sizes 10000,20000,40000] [--width 4000]
 
 For each graph, times torch's ``topological_sort_lpmf/bfs/dfs`` (on stand-in
-scheduler nodes, see :mod:`reorder.torch_memory`) and ours, checks the orders
+scheduler nodes, see :mod:`reorder.inductor.figures`) and ours, checks the orders
 are identical, and prints the ratio torch/ours. Speed is a ratio measured side
 by side because the machines are noisy; tests never assert timings.
 """
@@ -15,7 +15,7 @@ import sys
 
 from reorder import estimate_peak_memory
 from reorder.schedulers import bfs_order, dfs_order, lpmf_order
-from reorder.torch_memory import torch_reference
+from reorder.inductor.figures import torch_reference
 
 from .synthetic import layered_graph
 from .timing import timed

@@ -9,7 +9,7 @@
    rerun reads the files instead of recompiling (``--recapture`` forces it).
 2. **Compare**, in one process, on every graph: torch's own
    ``topological_sort_lpmf/bfs/dfs`` and ``estimate_peak_memory`` (on
-   stand-in nodes, :mod:`reorder.torch_memory`) against our methods, then our
+   stand-in nodes, :mod:`reorder.inductor.figures`) against our methods, then our
    slab plan of the best orders.
 3. **Scale**: synthetic layered graphs from 1k to 100k nodes, narrow and wide;
    seconds per method for ours and torch's (torch's runs stop where the
@@ -36,7 +36,7 @@ from reorder.planning import plan_orders
 from reorder.report import format_bytes, markdown_table
 from reorder.schedulers import bfs_order, dfs_order, lpmf_order, reorder_for_peak_memory
 from reorder.timeline import estimate_peak_memory
-from reorder.torch_memory import torch_reference
+from reorder.inductor.figures import torch_reference
 
 from .progress import progress
 from .synthetic import layered_graph

@@ -2,16 +2,20 @@
 
 import json
 import logging
+import os
 import subprocess
 import sys
 
 import pytest
 import torch
 from torch import nn
+from torch._inductor.custom_graph_pass import CustomSchedulerPass
 
 from benchmarks.zoo import BasicBlock, InceptionBlock, TransformerBlock
 from reorder import load_graph
 from reorder import inductor as hook
+from reorder.inductor import reorder_pass
+from reorder.schedulers import reorder_for_peak_memory
 from reorder.timeline import estimate_peak_memory
 
 
@@ -44,7 +48,7 @@ def test_compiled_forward_and_backward_match_eager_with_lower_or_equal_peaks(nam
     model(x_eager).square().sum().backward()
     grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
-    with hook.use():
+    with hook.use(compare=True):
         compiled = torch.compile(model)
         x_compiled = x.clone().requires_grad_()
         out = compiled(x_compiled)
@@ -62,43 +66,99 @@ def test_compiled_forward_and_backward_match_eager_with_lower_or_equal_peaks(nam
         assert set(report["inductor"]) == {"baseline", "lpmf", "bfs", "dfs"}
         assert report["estimate_of_incoming_order"] == report["inductor"]["baseline"]  # byte for byte
         assert report["peak"] <= min(report["inductor"].values())
+        for m in ("lpmf", "bfs", "dfs"):  # our ports found Inductor's own orders, so its candidates never won
+            assert report["methods"][m] == report["inductor"][m]
+
+
+class Recorder(CustomSchedulerPass):
+    """A user's own post-fusion pass: it records that it ran and changes nothing."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, nodes):
+        self.calls += 1
+        return nodes
+
+    def uuid(self):
+        return "user-pass-1"
 
 
 @pytest.mark.slow
-def test_a_failing_pass_keeps_inductors_order(monkeypatch, caplog):
+def test_a_failing_pass_falls_back_to_inductors_own_after_the_users_pass(monkeypatch, caplog):
+    import torch._inductor.config as config
+
     def broken(*args, **kwargs):
         raise RuntimeError("forced failure")
 
-    monkeypatch.setattr(hook, "reorder_for_peak_memory", broken)
+    inductor_runs = []
+    real_inductor_reorder = reorder_pass.inductor_reorder
+    monkeypatch.setattr(reorder_pass, "reorder_for_peak_memory", broken)
+    monkeypatch.setattr(reorder_pass, "inductor_reorder", lambda nodes: inductor_runs.append(len(nodes)) or
+                        real_inductor_reorder(nodes))
+    user_pass = Recorder()
+    monkeypatch.setattr(config, "_post_fusion_custom_pass", user_pass)
     model, x = tiny("residual")
     model.eval()
     with caplog.at_level(logging.WARNING, logger="reorder"), hook.use(), torch.no_grad():
+        assert config.reorder_for_peak_memory is False
         out = torch.compile(model)(x)
     with torch.no_grad():
         torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-5)
-    assert any("keeping Inductor's order" in r.getMessage() and "forced failure" in r.getMessage() for r in caplog.records)
-    assert hook.reports == []
+    assert user_pass.calls == 1 and len(inductor_runs) == 1  # theirs, then (ours failing) Inductor's own pass
+    assert any("running Inductor's own reorder_for_peak_memory" in r.getMessage() and "forced failure" in r.getMessage()
+               for r in caplog.records)
+    assert [r["fallback"] for r in hook.reports] == ["RuntimeError: forced failure"]
+    assert config._post_fusion_custom_pass is user_pass and config.reorder_for_peak_memory is True
 
 
-def test_use_restores_the_config_and_uuid_is_stable():
+def test_install_composes_with_the_users_pass_and_uninstall_restores_it(monkeypatch):
     import torch._inductor.config as config
 
-    before = (config._post_fusion_custom_pass, config.reorder_for_peak_memory)
-    with hook.use(methods=["lpmf"]) as reorder_pass:
-        assert config._post_fusion_custom_pass is reorder_pass and config.reorder_for_peak_memory is False
-        with hook.use(keep_inductor_pass=True):
-            assert config.reorder_for_peak_memory is True
-        assert config._post_fusion_custom_pass is reorder_pass
-    assert (config._post_fusion_custom_pass, config.reorder_for_peak_memory) == before
-    assert hook.ReorderPass(["lpmf"]).uuid() == hook.ReorderPass(["lpmf"]).uuid() != hook.ReorderPass().uuid()
+    user_pass = Recorder()
+    monkeypatch.setattr(config, "_post_fusion_custom_pass", user_pass)
+    before = (config._post_fusion_custom_pass, config.reorder_for_peak_memory, config.force_disable_caches)
+    with hook.use(methods=["lpmf"]) as ours:
+        assert config._post_fusion_custom_pass is ours and ours.previous is user_pass
+        assert config.reorder_for_peak_memory is False and ours.inductor_fallback
+        assert "user-pass-1" in ours.uuid()
+        with hook.use(keep_inductor_pass=True, capture_dir="/tmp/unused") as inner:
+            assert inner.previous is ours and not inner.inductor_fallback
+            assert config.reorder_for_peak_memory is False  # kept as the outer install left it
+            assert config.force_disable_caches is True  # a cache hit would capture nothing
+        assert config._post_fusion_custom_pass is ours
+    assert (config._post_fusion_custom_pass, config.reorder_for_peak_memory, config.force_disable_caches) == before
     hook.install()
     assert isinstance(config._post_fusion_custom_pass, hook.ReorderPass)
     hook.uninstall()
-    assert (config._post_fusion_custom_pass, config.reorder_for_peak_memory) == before
+    assert (config._post_fusion_custom_pass, config.reorder_for_peak_memory, config.force_disable_caches) == before
+
+
+def test_uuid_is_stable_and_follows_the_options_that_change_the_result():
+    make = hook.ReorderPass
+    assert make(["lpmf"]).uuid() == make(["lpmf"]).uuid() != make().uuid()
+    assert make().uuid() != make(compare=True).uuid()
+    assert make().uuid() == make(capture_dir="/tmp/x").uuid()  # writing files changes no order
+
+
+def test_the_result_depends_on_counts_not_the_clock(monkeypatch):
+    """A clock that races (a loaded machine) changes nothing unless the safety cap is hit, and then it says so."""
+    import time as real_time
+
+    from benchmarks.synthetic import layered_graph
+
+    graph = layered_graph(600, 12, seed=3)
+    calm = reorder_for_peak_memory(graph)
+    ticks = iter(range(0, 10**9, 1000))
+    monkeypatch.setattr(real_time, "perf_counter", lambda: float(next(ticks)))
+    raced = reorder_for_peak_memory(graph)
+    assert raced.order == calm.order and raced.peaks == calm.peaks and "safety_cap" not in raced.notes
+    capped = reorder_for_peak_memory(graph, max_seconds=60)
+    assert "wall-clock cap of 60 s reached; skipped" in capped.notes["safety_cap"]
 
 
 @pytest.mark.slow
-def test_capture_command_writes_graphs_with_inductor_figures(tmp_path):
+def test_capture_writes_graphs_even_when_inductors_cache_is_warm(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(
         "import torch\n"
@@ -107,8 +167,10 @@ def test_capture_command_writes_graphs_with_inductor_figures(tmp_path):
         "m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))\n"
         "torch.compile(m)(torch.randn(8, 16)).sum().backward()\n"
     )
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_FORCE_DISABLE_CACHES"}
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "cache")
+    subprocess.run([sys.executable, str(script)], env=env, check=True, capture_output=True, timeout=600)  # warm it
     out = tmp_path / "graphs"
-    env = {**__import__("os").environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
     result = subprocess.run([sys.executable, "-m", "reorder", "capture", str(script), "--out", str(out)],
                             capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr
@@ -120,3 +182,58 @@ def test_capture_command_writes_graphs_with_inductor_figures(tmp_path):
         for method in ("lpmf", "bfs", "dfs"):
             order = graph.order_from_names(fig["orders"][f"topological_sort_{method}"])
             assert estimate_peak_memory(graph, order).peak == fig["peak"][f"topological_sort_{method}"]
+
+
+def test_capture_says_when_nothing_was_captured(tmp_path, capsys):
+    from reorder.cli import main
+
+    script = tmp_path / "eager.py"
+    script.write_text("import torch\nprint(torch.ones(2).sum())\n")
+    assert main(["capture", str(script), "--out", str(tmp_path / "graphs")]) == 2
+    assert "no graph reached Inductor's scheduler" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_mutated_freeable_input_follows_inductors_figures():
+    """Inductor forwards readers of a rename only among scheduler buffers: a mutated freeable input dies
+    after its last direct reader. Our estimate and DFS order on the real nodes must say the same."""
+    import torch._inductor.config as config
+    from torch._inductor.compile_fx import compile_fx_inner
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from reorder.inductor.adapter import graph_from_scheduler
+    from reorder.inductor.figures import inductor_figures
+    from reorder.schedulers import bfs_order, dfs_order, lpmf_order
+
+    seen = {}
+
+    class Check(Recorder):
+        def __call__(self, nodes):
+            graph, state = graph_from_scheduler(nodes, "mutating")
+            figures = inductor_figures(graph, nodes, state)
+            seen["freeable"] = sorted(state.freeable)
+            seen["renamed"] = dict(state.mutation_real_name)
+            seen["peaks"] = (estimate_peak_memory(graph).peak, figures["peak"]["baseline"])
+            seen["orders"] = {m: (fn(graph), figures["orders"][m])
+                              for m, fn in (("lpmf", lpmf_order), ("bfs", bfs_order), ("dfs", dfs_order))}
+            return nodes
+
+    def program(x, buf):
+        buf.mul_(2)
+        a = torch.mm(x, x)
+        b = torch.mm(a, a)
+        c = torch.mm(buf, b)
+        d = torch.mm(x * 3, buf)
+        return (c, torch.mm(d, d))
+
+    x, buf = torch.randn(64, 64), torch.randn(64, 64)
+    gm = make_fx(program)(x, buf)  # placeholders x_1, buf_1: freeable under Inductor's naming rule
+    with config.patch(_post_fusion_custom_pass=Check()), torch.no_grad():
+        compiled = compile_fx_inner(gm, [x, buf.clone()])
+    assert seen["freeable"] == ["buf_1", "x_1"] and "buf_1" in seen["renamed"].values()
+    ours, theirs = seen["peaks"]
+    assert ours == theirs == 49152
+    for method, (mine, inductors) in seen["orders"].items():
+        assert mine == inductors, method
+    expected, got = buf.clone(), buf.clone()
+    torch.testing.assert_close(compiled([x, got]), list(program(x, expected)), rtol=1e-4, atol=1e-3)

@@ -26,13 +26,13 @@ def test_ports_reproduce_torch_orders(name, method):
 def test_ports_match_torch_functions_on_random_graphs(spec):
     """Every port against torch's own function; LPMF also with its segment tree forced on
     (it normally serves only ready sets wider than these graphs have)."""
-    torch_memory = pytest.importorskip("reorder.torch_memory")
+    figures = pytest.importorskip("reorder.inductor.figures")
     from torch._inductor import config
 
     from reorder.schedulers import lpmf as lpmf_module
 
     graph = build(spec)
-    reference = torch_memory.torch_reference(graph)
+    reference = figures.torch_reference(graph)
     for name, fn in PORTS.items():
         assert fn(graph) == reference.method(name)(), name
     saved = lpmf_module.TREE_ABOVE, lpmf_module.TREE_BELOW
@@ -48,21 +48,21 @@ def test_ports_match_torch_functions_on_random_graphs(spec):
 
 
 def test_lpmf_on_a_wide_graph_matches_torch():
-    torch_memory = pytest.importorskip("reorder.torch_memory")
+    figures = pytest.importorskip("reorder.inductor.figures")
     from benchmarks.synthetic import layered_graph
 
     for fan_in in (1, 2):
         graph = layered_graph(2000, 200, fan_in=fan_in)  # about 200 ready nodes: the tree path
-        assert lpmf_order(graph) == torch_memory.torch_reference(graph).method("lpmf")()
+        assert lpmf_order(graph) == figures.torch_reference(graph).method("lpmf")()
 
 
 @pytest.mark.parametrize("name", ["resnet18_train_1", "gpt_train_1"])
 def test_lpmf_successor_strategy_matches_torch(name):
-    torch_memory = pytest.importorskip("reorder.torch_memory")
+    figures = pytest.importorskip("reorder.inductor.figures")
     from torch._inductor import config
 
     graph = load_graph(GRAPHS / f"{name}.json")
-    reference = torch_memory.torch_reference(graph)
+    reference = figures.torch_reference(graph)
     for threshold in (1, 1 << 16, 1 << 20):
         with config.patch(size_threshold_for_succ_based_strategy=threshold):
             assert lpmf_order(graph, threshold) == reference.method("lpmf")()
@@ -140,7 +140,7 @@ def test_best_of_logs_one_line_per_method(caplog):
 
 def test_method_specs_and_errors():
     graph = load_graph(GRAPHS / "mlp_train_1.json")
-    result = reorder_for_peak_memory(graph, ["exact:max_states=10", "refine:window=4:seconds=0.5"])
+    result = reorder_for_peak_memory(graph, ["exact:max_states=10", "refine:window=4:max_work=100000"])
     assert set(result.peaks) == {"baseline", "exact", "refine"}
     with pytest.raises(ReorderError, match="unknown method 'fastest'"):
         reorder_for_peak_memory(graph, ["fastest"])

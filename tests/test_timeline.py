@@ -44,12 +44,12 @@ def test_lower_bound_is_below_every_order(spec):
 @settings(max_examples=40)
 @given(spec=graph_specs(), priorities=st.lists(st.integers(0, 1000), max_size=12))
 def test_estimator_matches_torch_on_random_graphs(spec, priorities):
-    torch_memory = pytest.importorskip("reorder.torch_memory")
+    figures = pytest.importorskip("reorder.inductor.figures")
     graph = build(spec)
     if any(graph.is_input[b] and graph.freeable[b] and not graph.readers[b] for b in range(graph.num_buffers)):
         return  # torch only models inputs that some node reads
     order = random_order(graph, priorities)
-    reference = torch_memory.torch_reference(graph)
+    reference = figures.torch_reference(graph)
     assert estimate_peak_memory(graph, order).peak == reference.estimate(order)[0]
     assert list(estimate_peak_memory(graph, order).live) == reference.estimate(order)[1]
     assert estimate_peak_memory_allocfree(graph, order).peak == reference.estimate_allocfree(order)

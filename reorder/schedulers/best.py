@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from ..errors import ReorderError
 from ..graph import Graph
@@ -75,16 +75,28 @@ def make_method(spec):
         raise ReorderError(f"method {name!r}: {exc}") from None
 
 
-def reorder_for_peak_memory(graph: Graph, methods: Iterable | None = None) -> ReorderResult:
+def reorder_for_peak_memory(
+    graph: Graph,
+    methods: Iterable | None = None,
+    *,
+    candidates: Mapping[str, Sequence[int]] | None = None,
+    max_seconds: float | None = None,
+) -> ReorderResult:
     """Run the baseline and ``methods`` (default :data:`DEFAULT_METHODS`), return the lowest-peak order.
 
     ``methods`` items are names, ``"name:option=value"`` strings or method
-    instances (see :data:`reorder.schedulers.METHODS`).
+    instances (see :data:`reorder.schedulers.METHODS`). ``candidates`` are
+    named orders found elsewhere (Inductor's own, say); each is checked and
+    estimated after the methods and wins only if strictly lower, so the
+    result is never worse than any of them. Every method's effort is a
+    deterministic count; ``max_seconds`` is only a safety cap on the wall
+    clock: methods not started when it passes are skipped, and the result
+    says so in ``notes["safety_cap"]``.
     """
     instances = [make_method(m) for m in (DEFAULT_METHODS if methods is None else methods)]
     bound = lower_bound(graph)
     log.info("reordering %s for peak memory -- %d nodes", graph.name, graph.num_nodes)
-    t0 = time.perf_counter()
+    started = t0 = time.perf_counter()
     best_order: Sequence[int] = list(range(graph.num_nodes))
     best_peak = estimate_peak_memory(graph, best_order).peak
     best_method = "baseline"
@@ -97,6 +109,11 @@ def reorder_for_peak_memory(graph: Graph, methods: Iterable | None = None) -> Re
     for method in instances:
         if method.name == "baseline":
             continue
+        if max_seconds is not None and time.perf_counter() - started > max_seconds:
+            skipped = [m.name for m in instances[instances.index(method):]]
+            notes["safety_cap"] = f"wall-clock cap of {max_seconds:g} s reached; skipped {', '.join(skipped)}"
+            log.warning("reorder: %s: %s", graph.name, notes["safety_cap"])
+            break
         t0 = time.perf_counter()
         outcome: MethodOutcome = method.run(graph, best_order)
         peak = estimate_peak_memory(graph, outcome.order).peak
@@ -109,4 +126,13 @@ def reorder_for_peak_memory(graph: Graph, methods: Iterable | None = None) -> Re
         if peak < best_peak:
             best_order, best_peak, best_method = outcome.order, peak, method.name
         optimal = optimal or outcome.optimal and peak <= best_peak or best_peak <= bound
+    for name, order in (candidates or {}).items():
+        t0 = time.perf_counter()
+        peak = estimate_peak_memory(graph, order).peak  # checks that the order is valid
+        seconds[name] = time.perf_counter() - t0
+        peaks[name] = peak
+        orders[name] = list(order)
+        if peak < best_peak:
+            best_order, best_peak, best_method = list(order), peak, name
+            optimal = best_peak <= bound
     return ReorderResult(list(best_order), best_peak, best_method, peaks, seconds, bound, optimal, notes, orders)

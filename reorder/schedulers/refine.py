@@ -16,12 +16,17 @@ Two kinds of move, both aimed at the steps where live bytes reach the peak:
 
 A change is kept only if it lowers ``(peak, number of steps at the peak)``
 lexicographically, so the pass terminates and its result is never worse than
-its start. ``max_rounds`` and ``seconds`` bound the effort.
+its start.
+
+Effort is counted, not timed: each full estimate and candidate scan costs
+the graph's size in work units (nodes + buffers + read edges), each window
+search its states times its width, and the pass stops once ``max_work`` is
+spent (or after ``max_rounds`` improvements). The same graph and options
+give the same order on any machine, under any load.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
@@ -33,6 +38,17 @@ from .subsets import solve_window
 __all__ = ["Refine", "refine_order"]
 
 
+class _Budget:
+    """Work units left; :meth:`spend` says whether any remain."""
+
+    def __init__(self, units: int):
+        self.left = units
+
+    def spend(self, units: int) -> bool:
+        self.left -= units
+        return self.left > 0
+
+
 def _score(timeline: Timeline) -> tuple[int, int]:
     return timeline.peak, sum(1 for x in timeline.live if x == timeline.peak)
 
@@ -42,59 +58,84 @@ def _live_before(graph: Graph, timeline: Timeline, step: int) -> int:
     return timeline.live[step] - graph.alloc_size[timeline.order[step]]
 
 
-def _try_windows(graph: Graph, timeline: Timeline, t: int, window: int, max_states: int) -> list[int] | None:
+def _try_windows(graph: Graph, timeline: Timeline, t: int, window: int, max_states: int,
+                 budget: _Budget) -> list[int] | None:
     order = list(timeline.order)
+    step = timeline.lifetimes.step
     n = len(order)
     w = min(window, n)
     for first in range(max(0, t - w + 1), min(t, n - w) + 1):
         free = order[first:first + w]
-        done = [False] * graph.num_nodes
-        for v in order[:first]:
-            done[v] = True
         bound = max(timeline.live[first:first + w])
-        result = solve_window(graph, done, free, _live_before(graph, timeline, first), bound, max_states)
+        result = solve_window(graph, step, first, free, _live_before(graph, timeline, first), bound, max_states)
         if result.order is not None:
             return order[:first] + result.order + order[first + w:]
+        if not budget.spend(result.states * w + w):
+            return None
     return None
 
 
-def _freed_before(graph: Graph, step: Sequence[int], v: int, t: int) -> int:
-    """Bytes ``v`` frees as the last reader, counting only buffers whose other readers all run before step ``t``.
+def _last_two_reader_steps(graph: Graph, step: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+    """Per buffer: its last reader, that reader's step, and the latest step of any other reader (-1: none)."""
+    last_reader, last, second = [], [], []
+    for readers in graph.readers:
+        top = top2 = -1
+        who = -1
+        for r in readers:
+            s = step[r]
+            if s > top:
+                top2, top, who = top, s, r
+            elif s > top2:
+                top2 = s
+        last_reader.append(who)
+        last.append(top)
+        second.append(top2)
+    return last_reader, last, second
 
-    Moving ``v`` across ``t`` moves those frees across ``t`` too; its own
-    allocation moves with it. So sinking ``v`` (from before ``t`` to after)
-    changes the live bytes at ``t`` by ``freed - alloc``, and hoisting it by
-    ``alloc - freed``.
-    """
-    freed = 0
-    for b in graph.reads[v]:
-        if not graph.is_output[b] and all(step[r] < t for r in graph.readers[b] if r != v):
-            freed += graph.size_free[b]
-    return freed
 
-
-def _try_moves(graph: Graph, timeline: Timeline, t: int, limit: int) -> list[int] | None:
+def _try_moves(graph: Graph, timeline: Timeline, t: int, limit: int, budget: _Budget,
+               reader_steps: tuple[list[int], list[int], list[int]]) -> list[int] | None:
     order = list(timeline.order)
     step = timeline.lifetimes.step
     n = len(order)
+    last_reader, last, second = reader_steps
+
+    def freed_crossing(v: int) -> int:
+        """Bytes ``v`` frees as the last reader of buffers whose other readers all run before step ``t``.
+
+        Moving ``v`` across ``t`` moves those frees across ``t`` too; its own
+        allocation moves with it. So sinking ``v`` (from before ``t`` to
+        after) changes the live bytes at ``t`` by ``freed - alloc``, and
+        hoisting it by ``alloc - freed``.
+        """
+        freed = 0
+        for b in graph.reads[v]:
+            others = second[b] if last_reader[b] == v else last[b]
+            if not graph.is_output[b] and others < t:
+                freed += graph.size_free[b]
+        return freed
+
     candidates: list[tuple[int, int, int]] = []
     for i, v in enumerate(order):
         if i < t:
             first_succ = min((step[s] for s in graph.succs[v]), default=n)
             if first_succ > t:
-                d = _freed_before(graph, step, v, t) - graph.alloc_size[v]
+                d = freed_crossing(v) - graph.alloc_size[v]
                 if d < 0:
                     candidates.append((d, v, first_succ - 1))
         elif i > t:
             last_pred = max((step[p] for p in graph.preds[v]), default=-1)
             if last_pred < t:
-                d = graph.alloc_size[v] - _freed_before(graph, step, v, t)
+                d = graph.alloc_size[v] - freed_crossing(v)
                 if d < 0:
                     candidates.append((d, v, last_pred + 1))
     candidates.sort()
     best_score = _score(timeline)
     best: list[int] | None = None
+    cost = _work_unit(graph)
     for _, v, target in candidates[:limit]:
+        if not budget.spend(cost):
+            break
         # Sink: target is just before the first successor once v is removed;
         # hoist: just after the last predecessor, which removing v leaves in place.
         moved = [u for u in order if u != v]
@@ -105,6 +146,11 @@ def _try_moves(graph: Graph, timeline: Timeline, t: int, limit: int) -> list[int
     return best
 
 
+def _work_unit(graph: Graph) -> int:
+    """What one full pass over the graph costs: nodes, buffers and read edges."""
+    return graph.num_nodes + graph.num_buffers + sum(len(r) for r in graph.reads)
+
+
 def refine_order(
     graph: Graph,
     start: Sequence[int],
@@ -112,21 +158,23 @@ def refine_order(
     max_states: int = 5_000,
     max_rounds: int = 200,
     move_candidates: int = 16,
-    seconds: float = 2.0,
+    max_work: int = 20_000_000,
 ) -> list[int]:
-    """A topological order whose peak is at most that of ``start``."""
+    """A topological order whose peak is at most that of ``start``, within ``max_work`` units of effort."""
+    budget = _Budget(max_work)
+    unit = _work_unit(graph)
     timeline = estimate_peak_memory(graph, start)
-    deadline = time.perf_counter() + seconds
     n = graph.num_nodes
     for _ in range(max_rounds):
-        if time.perf_counter() > deadline or timeline.live[n] == timeline.peak:
+        if timeline.live[n] == timeline.peak or not budget.spend(unit):
             break  # what stays live after the last step is the same for every order
+        reader_steps = _last_two_reader_steps(graph, timeline.lifetimes.step)
         changed = None
         for t in [s for s in range(n) if timeline.live[s] == timeline.peak]:
-            changed = _try_windows(graph, timeline, t, window, max_states)
-            if changed is None:
-                changed = _try_moves(graph, timeline, t, move_candidates)
-            if changed is not None:
+            changed = _try_windows(graph, timeline, t, window, max_states, budget)
+            if changed is None and budget.spend(unit):
+                changed = _try_moves(graph, timeline, t, move_candidates, budget, reader_steps)
+            if changed is not None or budget.left <= 0:
                 break
         if changed is None:
             break
@@ -147,7 +195,7 @@ class Refine:
     max_states: int = 5_000
     max_rounds: int = 200
     move_candidates: int = 16
-    seconds: float = 2.0
+    max_work: int = 20_000_000
 
     def run(self, graph: Graph, start: Sequence[int]) -> MethodOutcome:
         return MethodOutcome(refine_order(graph, start, **self.__dict__))

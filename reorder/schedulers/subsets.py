@@ -45,17 +45,19 @@ class WindowResult:
 
 def solve_window(
     graph: Graph,
-    done: Sequence[bool],
+    step: Sequence[int],
+    first: int,
     free: Sequence[int],
     live_before: int,
     bound: int,
     max_states: int,
 ) -> WindowResult:
-    """Best order of ``free`` given nodes marked ``done`` already ran and ``live_before`` bytes are live.
+    """Best order of ``free`` given that every node with ``step[v] < first`` already ran, with ``live_before`` bytes live.
 
-    Every node outside ``done`` and ``free`` must run after ``free`` (the
-    caller takes ``free`` as a window of a valid order). Only orders whose
-    peak inside the window is below ``bound`` are returned.
+    ``step`` is each node's step in an order of which ``free`` is the window
+    starting at step ``first`` (``first = 0``: nothing ran yet); every node
+    outside the window and after it must run after ``free``. Only orders
+    whose peak inside the window is below ``bound`` are returned.
     """
     k = len(free)
     bit = {v: 1 << i for i, v in enumerate(free)}
@@ -72,10 +74,11 @@ def solve_window(
     frees: list[list[tuple[int, int]]] = [[] for _ in range(k)]
     for i, v in enumerate(free):
         for b in graph.reads[v]:
-            if graph.is_output[b] or any(not done[r] and r not in bit for r in graph.readers[b]):
+            readers = graph.readers[b]
+            if graph.is_output[b] or any(step[r] >= first and r not in bit for r in readers):
                 continue
             need = 0
-            for r in graph.readers[b]:
+            for r in readers:
                 if r in bit:
                     need |= bit[r]
             frees[i].append((graph.size_free[b], need & ~(1 << i)))
@@ -85,7 +88,7 @@ def solve_window(
     alloc = [graph.alloc_size[v] for v in free]
     # A freeable input nobody reads is freed after the program's first step.
     unread_inputs = 0
-    if not any(done):
+    if first == 0:
         unread_inputs = sum(
             graph.size_free[b] for b in range(graph.num_buffers)
             if graph.is_input[b] and not graph.readers[b] and not graph.is_output[b]

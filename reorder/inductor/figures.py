@@ -1,12 +1,11 @@
-"""Run torch's own ``torch/_inductor/memory.py`` functions on a :class:`Graph`.
+"""Inductor's own figures: torch's ``torch/_inductor/memory.py`` functions run on a :class:`Graph`.
 
-This is the reference we are measured against: tests check our estimator and
-ports against it, and benchmarks time it side by side with ours. It builds
-light stand-ins for Inductor's scheduler nodes and buffers carrying exactly
-the fields those functions read (``mpi_node``, ``mpi_buffer``,
-``unmet_dependencies``, ``get_outputs``...), so no compilation is needed.
-
-Besides :mod:`reorder.inductor`, this is the only module that imports Inductor.
+This is the reference we are measured against. :func:`torch_reference`
+builds light stand-ins for Inductor's scheduler nodes and buffers carrying
+exactly the fields those functions read (``mpi_node``, ``mpi_buffer``,
+``unmet_dependencies``, ``get_outputs``...), so tests and benchmarks need no
+compilation; :func:`inductor_figures` drives the same functions on the real
+scheduler nodes inside a compile, for the hook's optional comparison.
 """
 
 from __future__ import annotations
@@ -15,9 +14,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .graph import Graph
+from ..graph import Graph
 
-__all__ = ["TorchReference", "torch_reference", "INDUCTOR_METHODS"]
+__all__ = ["INDUCTOR_METHODS", "TorchReference", "inductor_figures", "torch_reference"]
 
 INDUCTOR_METHODS = ("lpmf", "bfs", "dfs")
 
@@ -165,3 +164,19 @@ def torch_reference(graph: Graph) -> TorchReference:
     name_to_buf = {bufs[b].name: bufs[b] for b in bufs if g.producer[b] is not None}
     outputs = OrderedSet(g.buffer_names[b] for b in range(g.num_buffers) if g.is_output[b])
     return TorchReference(g, nodes, freeable, name_to_buf, outputs)
+
+
+def inductor_figures(graph: Graph, nodes: list, state) -> dict:
+    """Inductor's own peaks, orders (node ids) and seconds for the incoming order and its three methods.
+
+    The real scheduler nodes carry the planning info torch's functions read
+    (``state`` is the adapter's :class:`~reorder.inductor.adapter.SchedulerState`),
+    so the same :class:`TorchReference` that drives stand-ins in tests drives
+    them here, under the user's LPMF threshold.
+    """
+    from torch._inductor import config
+
+    reference = TorchReference(graph, nodes, state.freeable, state.name_to_buf, state.graph_outputs)
+    figures = reference.run_all(config.size_threshold_for_succ_based_strategy)
+    figures["peak_allocfree_baseline"] = reference.estimate_allocfree()
+    return figures

@@ -1,0 +1,36 @@
+"""Writing the graphs a compile goes through: torch's simulator JSON plus Inductor's figures.
+
+The files (``<graph>.json`` and ``inductor-figures.json``, in the layout of
+the bundled ``torch-2.13-figures.json``) are what ``reorder optimize`` and
+the benchmark suite read offline.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..graph import Graph
+from ..io import graph_to_simulator
+from .figures import INDUCTOR_METHODS
+
+__all__ = ["write_capture"]
+
+
+def write_capture(folder: Path, name: str, graph: Graph, figures: dict | None) -> Path:
+    """Save ``graph`` as ``folder/<name>.json`` and add Inductor's ``figures`` for it to the folder's index."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = name.replace("/", "_")
+    path = folder / f"{stem}.json"
+    path.write_text(json.dumps(graph_to_simulator(graph), indent=1) + "\n")
+    if figures is None:
+        return path
+    index = folder / "inductor-figures.json"
+    data = json.loads(index.read_text()) if index.exists() else {}
+    data[stem] = {
+        "peak": {("baseline" if k == "baseline" else f"topological_sort_{k}"): v for k, v in figures["peak"].items()},
+        "peak_allocfree_baseline": figures["peak_allocfree_baseline"],
+        "orders": {f"topological_sort_{m}": graph.names_of(figures["orders"][m]) for m in INDUCTOR_METHODS},
+    }
+    index.write_text(json.dumps(data, indent=1) + "\n")
+    return path

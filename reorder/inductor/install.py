@@ -1,0 +1,75 @@
+"""Switching the pass on for ``torch.compile``: :func:`install`, :func:`uninstall`, :func:`use`.
+
+:func:`install` composes with what the user already configured: a
+post-fusion pass they set runs first and ours on its result; Inductor's own
+``reorder_for_peak_memory`` is switched off (ours runs its three methods
+already) unless ``keep_inductor_pass``, and becomes our fallback;
+capturing turns Inductor's caches off, since a cache hit skips every
+scheduler pass and would capture nothing. :func:`uninstall` puts back
+exactly what the matching :func:`install` found.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from .reorder_pass import ReorderPass
+
+__all__ = ["install", "uninstall", "use"]
+
+log = logging.getLogger("reorder")
+
+#: One entry per install() not yet undone: the configuration it replaced.
+_saved: list[dict] = []
+
+_KEYS = ("_post_fusion_custom_pass", "reorder_for_peak_memory", "force_disable_caches")
+
+
+def install(methods: Sequence[str] | None = None, keep_inductor_pass: bool = False, compare: bool = False,
+            capture_dir: str | Path | None = None, max_seconds: float = 60.0) -> ReorderPass:
+    """Make every later ``torch.compile`` use our pass, until :func:`uninstall`.
+
+    ``methods``, ``compare``, ``capture_dir`` and ``max_seconds`` configure
+    the :class:`~reorder.inductor.reorder_pass.ReorderPass`.
+    ``keep_inductor_pass=True`` leaves Inductor's own peak-memory pass as the
+    user had it (it then runs after ours, from our order).
+    """
+    from torch._inductor import config
+
+    saved = {key: getattr(config, key) for key in _KEYS}
+    runs_inductors = bool(saved["reorder_for_peak_memory"])
+    reorder_pass = ReorderPass(methods, compare, capture_dir, previous=saved["_post_fusion_custom_pass"],
+                               inductor_fallback=runs_inductors and not keep_inductor_pass, max_seconds=max_seconds)
+    _saved.append(saved)
+    config._post_fusion_custom_pass = reorder_pass
+    if not keep_inductor_pass:
+        config.reorder_for_peak_memory = False
+    if capture_dir is not None:
+        if not saved["force_disable_caches"]:
+            log.info("reorder: Inductor's caches are off while capturing (a cache hit would skip the pass)")
+        config.force_disable_caches = True
+    return reorder_pass
+
+
+def uninstall() -> None:
+    """Restore exactly the configuration that the last :func:`install` replaced."""
+    from torch._inductor import config
+
+    if not _saved:
+        return
+    for key, value in _saved.pop().items():
+        setattr(config, key, value)
+
+
+@contextlib.contextmanager
+def use(methods: Sequence[str] | None = None, keep_inductor_pass: bool = False, compare: bool = False,
+        capture_dir: str | Path | None = None, max_seconds: float = 60.0) -> Iterator[ReorderPass]:
+    """Within the block, every ``torch.compile`` uses our pass; the previous configuration comes back on exit."""
+    reorder_pass = install(methods, keep_inductor_pass, compare, capture_dir, max_seconds)
+    try:
+        yield reorder_pass
+    finally:
+        uninstall()
