@@ -9,7 +9,8 @@ slab at static offsets::
     result = reorder.reorder_for_peak_memory(graph)
     plan = reorder.plan_memory(graph, result.order)
 
-The Inductor hook is :mod:`reorder.inductor`, the slab runtime :mod:`reorder.runtime`.
+The Inductor hook is :mod:`reorder.inductor`, the slab runtime :mod:`reorder.runtime`, and
+:mod:`reorder.measure` measures what a call really allocates.
 """
 
 from .errors import CycleError, GraphError, OrderError, PlanError, ReorderError

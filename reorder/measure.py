@@ -1,0 +1,172 @@
+"""What a call really allocates, from the allocator's own accounting.
+
+An estimate is a promise; this module checks it. :func:`measure` runs a
+callable once under ``torch.profiler.profile(profile_memory=True)`` and reads
+the raw ``[memory]`` events Kineto records: one per allocation (positive
+bytes) and per free (negative), with its device and time. Their running sum
+is the live allocated bytes above what was live when the call began, so the
+peak, the curve and the bytes left at the end come straight from the
+allocator, to the byte (CPU: the bytes asked for; CUDA: the caching
+allocator's rounded blocks).
+
+The same profile's operator ranges split the call into phases when it is a
+training step: ``forward`` until the autograd engine starts, ``backward``
+while it runs, ``optimizer`` for ``Optimizer.step``/``zero_grad``; the live
+bytes where backward begins are what the forward held for it (saved
+activations, outputs). Each call of a compiled graph (Inductor's ``## Call
+CompiledFxGraph`` ranges) is a region of its own, so memory inside compiled
+code can be told from work around it.
+
+On CUDA the call is also bracketed by ``torch.cuda.max_memory_allocated`` and
+``max_memory_reserved`` (their peaks above the start), which cross-check the
+events and add what the caching allocator reserved beyond them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from .errors import ReorderError
+
+__all__ = ["MemoryMeasurement", "Region", "measure"]
+
+
+@dataclass(frozen=True)
+class Region:
+    """A stretch of the call: its name, start and end (seconds from the call's start), and live bytes
+    (above the call's start) when it began, at its highest, and when it ended."""
+
+    name: str
+    start: float
+    end: float
+    live_at_start: int
+    peak: int
+    live_at_end: int
+
+
+@dataclass(frozen=True)
+class MemoryMeasurement:
+    """The allocations of one call on one device.
+
+    ``peak``: the most live allocated bytes above the starting point;
+    ``end``: what the call left allocated (its results, gradients...);
+    ``curve``: ``(seconds, live bytes)`` after every allocation and free;
+    ``phases``: ``forward``/``backward``/``optimizer`` regions of a training
+    step (empty when no autograd ran); ``held_at_backward``: live bytes where
+    backward began; ``compiled_calls``: one region per call of a compiled
+    graph; ``cuda``: ``max_memory_allocated``/``max_memory_reserved`` above
+    the start, on CUDA.
+    """
+
+    device: str
+    peak: int
+    end: int
+    allocations: int
+    frees: int
+    curve: tuple[tuple[float, int], ...]
+    phases: dict[str, Region] = field(default_factory=dict)
+    held_at_backward: int | None = None
+    compiled_calls: tuple[Region, ...] = ()
+    cuda: dict[str, int] | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "device": self.device, "peak": self.peak, "end": self.end, "allocations": self.allocations,
+            "frees": self.frees, "held_at_backward": self.held_at_backward, "cuda": self.cuda,
+            "phases": {k: vars(r) for k, r in self.phases.items()},
+            "compiled_calls": [vars(r) for r in self.compiled_calls],
+        }
+
+
+def _memory_events(events: list, device: torch.device) -> list[tuple[int, int]]:
+    """``(time_ns, bytes)`` of the allocator events of ``device``, in time order."""
+    want_cuda = device.type == "cuda"
+    out = []
+    for e in events:
+        if e.name() != "[memory]" or not e.nbytes():
+            continue
+        is_cuda = e.device_type() == torch.autograd.DeviceType.CUDA
+        if is_cuda != want_cuda or (want_cuda and e.device_index() != (device.index or 0)):
+            continue
+        out.append((e.start_ns(), e.nbytes()))
+    out.sort(key=lambda x: x[0])
+    return out
+
+
+def _live_between(times: list[int], live: list[int], start: int, end: int) -> tuple[int, int, int]:
+    """Live bytes when ``[start, end]`` begins, its highest inside, and when it ends."""
+    import bisect
+
+    lo = bisect.bisect_left(times, start)
+    hi = bisect.bisect_right(times, end)
+    before = live[lo - 1] if lo else 0
+    inside = live[lo:hi]
+    return before, max([before, *inside]), inside[-1] if inside else before
+
+
+def _ranges(events: list, keep: Callable[[str], bool]) -> list[tuple[int, int, str]]:
+    return sorted((e.start_ns(), e.start_ns() + e.duration_ns(), e.name()) for e in events
+                  if e.name() != "[memory]" and keep(e.name()))
+
+
+def measure(fn: Callable[[], Any], device: torch.device | str | None = None) -> MemoryMeasurement:
+    """Run ``fn()`` once and measure what it allocates on ``device`` (default: CUDA if available, else CPU).
+
+    The result of ``fn`` is dropped after the measurement, so the bytes it
+    holds count in ``end``. Raises :class:`ReorderError` if a profiler is
+    already running (they cannot nest).
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    if torch._C._autograd._profiler_enabled():
+        raise ReorderError("measure: a torch profiler is already running; memory events cannot be nested")
+    device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    cuda = None
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        allocated, reserved = torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
+    with profile(activities=activities, profile_memory=True) as prof:
+        result = fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    del result
+    if device.type == "cuda":
+        cuda = {"max_memory_allocated": torch.cuda.max_memory_allocated(device) - allocated,
+                "max_memory_reserved": torch.cuda.max_memory_reserved(device) - reserved}
+    events = list(prof.profiler.kineto_results.events())
+    memory = _memory_events(events, device)
+    origin = min((e.start_ns() for e in events), default=0)
+    times, live, curve = [], [], []
+    current = peak = allocations = frees = 0
+    for t, nbytes in memory:
+        current += nbytes
+        peak = max(peak, current)
+        allocations += nbytes > 0
+        frees += nbytes < 0
+        times.append(t)
+        live.append(current)
+        curve.append(((t - origin) / 1e9, current))
+
+    def region(name: str, start: int, end: int) -> Region:
+        before, high, after = _live_between(times, live, start, end)
+        return Region(name, (start - origin) / 1e9, (end - origin) / 1e9, before, high, after)
+
+    phases: dict[str, Region] = {}
+    held = None
+    backward = _ranges(events, lambda n: n.startswith("autograd::engine::evaluate_function"))
+    if backward:
+        begin, finish = backward[0][0], max(e for _, e, _ in backward)
+        phases["forward"] = region("forward", origin, begin)
+        phases["backward"] = region("backward", begin, finish)
+        held = phases["backward"].live_at_start
+    optimizer = _ranges(events, lambda n: n.startswith("Optimizer."))
+    if optimizer:
+        phases["optimizer"] = region("optimizer", optimizer[0][0], max(e for _, e, _ in optimizer))
+    calls = tuple(region(name.strip("# ").removeprefix("Call "), s, e)
+                  for s, e, name in _ranges(events, lambda n: n.startswith("## Call CompiledFxGraph")))
+    return MemoryMeasurement(str(device), peak, current, allocations, frees, tuple(curve), phases, held, calls, cuda)

@@ -1,0 +1,81 @@
+"""The real-memory meter: the allocator's own events, to the byte on programs whose allocations are known."""
+
+import pytest
+import torch
+
+from reorder import ReorderError
+from reorder.measure import measure
+
+
+def test_peak_and_end_are_the_arithmetic_of_known_allocations():
+    def program():
+        a = torch.empty(1000, dtype=torch.uint8)        # 1,000
+        b = torch.empty(300, dtype=torch.float32)       # 1,200 -> 2,200 live
+        c = torch.empty(10, 10, dtype=torch.float64)    # 800   -> 3,000 live (peak)
+        del a                                            #       -> 2,000
+        d = torch.empty(250, dtype=torch.int32)         # 1,000 -> 3,000 live (peak again)
+        del c                                            #       -> 2,200
+        return b, d
+
+    m = measure(program, "cpu")
+    assert (m.peak, m.end, m.allocations, m.frees) == (3000, 2200, 4, 2)
+    assert [live for _, live in m.curve] == [1000, 2200, 3000, 2000, 3000, 2200]
+    assert m.phases == {} and m.held_at_backward is None and m.cuda is None
+
+
+def test_a_training_step_is_split_into_phases_and_the_forward_hands_backward_what_it_saved():
+    n = 4096
+    w = torch.randn(n, requires_grad=True)
+    opt = torch.optim.SGD([w], lr=0.1)
+
+    def forward():
+        a = w.sin()        # saves w (an input: no allocation)
+        b = a.exp()        # saves its result
+        return b.sum()     # a is dropped on return; b and the loss stay
+
+    def step():
+        forward().backward()
+        opt.step()
+        opt.zero_grad()
+
+    m = measure(step, "cpu")
+    assert set(m.phases) == {"forward", "backward", "optimizer"}
+    assert m.phases["forward"].peak == 2 * 4 * n + 4  # a, b and the loss
+    assert m.held_at_backward == 4 * n + 4 + 4        # b (saved by exp), the loss, backward's seed gradient
+    assert m.phases["forward"].end <= m.phases["backward"].start <= m.phases["optimizer"].start
+    assert m.peak >= m.phases["backward"].peak > m.held_at_backward
+    assert m.end == 0  # zero_grad(set_to_none) freed the gradient; everything else died
+
+
+def test_compiled_graph_calls_are_regions_of_their_own():
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    compiled = torch.compile(model)
+    x = torch.randn(16, 32)
+    with torch.no_grad():
+        compiled(x)
+        m = measure(lambda: compiled(x), "cpu")
+    assert len(m.compiled_calls) == 1
+    call = m.compiled_calls[0]
+    assert call.name.startswith("CompiledFxGraph ") and call.peak == m.peak
+    assert m.end == 16 * 8 * 4  # the output, dropped after the measurement
+    torch._dynamo.reset()
+
+
+def test_profilers_do_not_nest():
+    with torch.profiler.profile():
+        with pytest.raises(ReorderError, match="already running"):
+            measure(lambda: None, "cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_events_agree_with_max_memory_allocated():
+    def program():
+        a = torch.empty(1 << 20, device="cuda")
+        b = torch.empty(1 << 18, device="cuda")
+        del a
+        return b
+
+    m = measure(program, "cuda")
+    assert m.peak == m.cuda["max_memory_allocated"] == (1 << 22) + (1 << 20)
+    assert m.end == 1 << 20
