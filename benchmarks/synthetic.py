@@ -13,7 +13,7 @@ import random
 
 from reorder import BufferSpec, InputSpec, NodeSpec, build_graph
 
-__all__ = ["layered_graph"]
+__all__ = ["layered_graph", "plateau_graph", "rename_chain"]
 
 
 def layered_graph(nodes: int, width: int, fan_in: int = 2, seed: int = 0):
@@ -33,3 +33,33 @@ def layered_graph(nodes: int, width: int, fan_in: int = 2, seed: int = 0):
         previous = current
     specs.append(NodeSpec("reduce", [BufferSpec("out", 64)], reads=previous))
     return build_graph(specs, [InputSpec("x", 4096)], ["out"], name=f"layered_{nodes}x{width}")
+
+
+def plateau_graph(nodes: int, chains: int, size: int = 4096):
+    """``chains`` equal parallel chains of ``nodes // chains`` equal buffers, joined at the end.
+
+    Every chain holds one buffer at a time, so live bytes sit at the same
+    value for most of any order: a plateau of peak steps, the case where a
+    search that looks at every peak step does the most work.
+    """
+    length = max(1, nodes // chains)
+    specs = []
+    last = []
+    for c in range(chains):
+        previous = "x"
+        for k in range(length):
+            name = f"c{c}_{k}"
+            specs.append(NodeSpec(name, [BufferSpec(f"b{name}", size)], reads=[previous]))
+            previous = f"b{name}"
+        last.append(previous)
+    specs.append(NodeSpec("join", [BufferSpec("out", size)], reads=last))
+    return build_graph(specs, [InputSpec("x", size)], ["out"], name=f"plateau_{nodes}x{chains}")
+
+
+def rename_chain(length: int, size: int = 4096):
+    """One buffer renamed ``length`` times in place (``x.add_(1)`` in a loop): an alias chain that long."""
+    specs = [NodeSpec("n0", [BufferSpec("b0", size)], reads=["x"])]
+    for k in range(1, length):
+        specs.append(NodeSpec(f"n{k}", [BufferSpec(f"b{k}", 0, alias_of=f"b{k - 1}")], reads=[f"b{k - 1}"]))
+    specs.append(NodeSpec("last", [BufferSpec("out", size)], reads=[f"b{length - 1}"]))
+    return build_graph(specs, [InputSpec("x", size)], ["out"], name=f"renames_{length}")

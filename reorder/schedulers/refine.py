@@ -158,7 +158,7 @@ def refine_order(
     max_states: int = 5_000,
     max_rounds: int = 200,
     move_candidates: int = 16,
-    max_work: int = 20_000_000,
+    max_work: int = 5_000_000,
 ) -> list[int]:
     """A topological order whose peak is at most that of ``start``, within ``max_work`` units of effort."""
     budget = _Budget(max_work)
@@ -195,7 +195,7 @@ class Refine:
     max_states: int = 5_000
     max_rounds: int = 200
     move_candidates: int = 16
-    max_work: int = 20_000_000
+    max_work: int = 5_000_000
 
     def run(self, graph: Graph, start: Sequence[int]) -> MethodOutcome:
         return MethodOutcome(refine_order(graph, start, **self.__dict__))
