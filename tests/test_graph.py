@@ -137,3 +137,14 @@ def test_order_errors_name_the_node():
         g.check_order([0])
     with pytest.raises(GraphError, match="no node named 'q'"):
         g.order_from_names(["a", "q"])
+
+
+def test_a_long_rename_chain_builds_and_forwards_every_reader_to_its_root():
+    """Roots are found once per buffer (the chain used to cost cubic time in its length)."""
+    from benchmarks.synthetic import rename_chain
+
+    graph = rename_chain(10_000)
+    root = graph.buffer_index["b0"]
+    assert all(graph.root[graph.buffer_index[f"b{k}"]] == root for k in range(10_000))
+    assert len(graph.readers[root]) == 10_000  # every renaming node and the last reader keep b0 alive
+    assert estimate_peak_memory(graph).peak == 2 * 4096  # x then out beside b0: renames cost nothing

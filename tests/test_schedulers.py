@@ -149,3 +149,28 @@ def test_method_specs_and_errors():
     with pytest.raises(ReorderError, match="unexpected keyword argument 'colour'"):
         reorder_for_peak_memory(graph, ["refine:colour=1"])
     assert {"baseline", "lpmf", "bfs", "dfs", "refine", "exact"} <= set(METHODS)
+
+
+def test_exact_skips_graphs_too_large_for_its_bitmasks_before_allocating_them():
+    from benchmarks.synthetic import layered_graph
+
+    graph = layered_graph(6000, 200)
+    outcome = Exact().run(graph, list(range(graph.num_nodes)))
+    assert outcome.note == f"skipped: {graph.num_nodes} nodes (max_nodes=5000)" and not outcome.optimal
+
+
+def test_refine_effort_is_counted_not_timed(monkeypatch):
+    """Each full estimate costs the graph's size in work units: the budget bounds how many there are."""
+    from benchmarks.synthetic import plateau_graph
+    from reorder.schedulers import refine
+
+    graph = plateau_graph(3000, 100)  # most steps of any order sit at the peak
+    unit = graph.num_nodes + graph.num_buffers + sum(len(r) for r in graph.reads)
+    calls = []
+    real = refine.estimate_peak_memory
+    monkeypatch.setattr(refine, "estimate_peak_memory", lambda *a: calls.append(1) or real(*a))
+    start = list(range(graph.num_nodes))
+    order = refine_order(graph, start, max_work=20 * unit)
+    assert len(calls) <= 20 + 2  # the budget, plus the first and the last estimate
+    assert estimate_peak_memory(graph, order).peak <= estimate_peak_memory(graph, start).peak
+    assert refine_order(graph, start, max_work=20 * unit) == order  # same counts, same answer
