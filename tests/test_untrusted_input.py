@@ -125,6 +125,15 @@ def test_files_that_are_not_graphs(tmp_path, capsys, text):
         load_graph(path)
 
 
+def assert_load_fails(tmp_path, data, edit, message):
+    edit(data)
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(GraphError) as err:
+        load_graph(path)
+    assert message in str(err.value)
+
+
 def sim_buffer(name, **fields):
     return {"name": name, "size_alloc": 64, "size_free": 64, "size": 64, "is_input": False, "is_output": False,
             "deps": [], "unmet_deps": [], **fields}
@@ -144,12 +153,7 @@ def sim_buffer(name, **fields):
 def test_simulator_fields_are_checked(tmp_path, edit, message):
     data = {"nodes": [{"name": "op0", "buffer_names": ["buf0"]}, {"name": "op1", "buffer_names": ["buf1"]}],
             "buffers": [sim_buffer("buf0"), sim_buffer("buf1", deps=["buf0"], is_output=True)]}
-    edit(data)
-    path = tmp_path / "g.json"
-    path.write_text(json.dumps(data))
-    with pytest.raises(GraphError) as err:
-        load_graph(path)
-    assert message in str(err.value)
+    assert_load_fails(tmp_path, data, edit, message)
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -168,13 +172,7 @@ def test_simulator_fields_are_checked(tmp_path, edit, message):
      "node 'relu_' (#0) is listed before 'mm' (#1), which it depends on"),
 ])
 def test_own_format_fields_are_checked(tmp_path, edit, message):
-    data = copy.deepcopy(SYMBOLIC)
-    edit(data)
-    path = tmp_path / "g.json"
-    path.write_text(json.dumps(data))
-    with pytest.raises(GraphError) as err:
-        load_graph(path)
-    assert message in str(err.value)
+    assert_load_fails(tmp_path, copy.deepcopy(SYMBOLIC), edit, message)
 
 
 def test_code_in_a_size_is_never_run(tmp_path, capsys):
