@@ -17,11 +17,11 @@ the live-bytes bound and a heuristic incumbent.
   increasing (lowest offset, rank) order, so every canonical packing is met
   once.
 * **Sections.** The maximal sets of buffers live at one step. All buffers of
-  a section are stacked, so its floor (top of its placed buffers) plus its
-  unplaced bytes must fit in the capacity. Placements come by increasing
-  offset, so a section's floor is also at least the last offset placed
-  (candidates above ``capacity - `` its unplaced bytes fail at once), and at
-  least the lowest offset any of its unplaced buffers can take.
+  a section are stacked, so its floor (the top of its placed buffers) plus
+  its unplaced bytes must fit in the capacity. The floor is also at least
+  the lowest offset any of its unplaced buffers can still take, and at least
+  the last offset placed, since placements come by increasing offset: no
+  candidate may go above the capacity minus a section's unplaced bytes.
 * **Dominance.** A candidate whose offset is at or above some unplaced
   buffer's lowest top would leave room for that buffer below it: skipped.
   A buffer placed with nothing unplaced above it (no unplaced buffer
@@ -51,9 +51,7 @@ from ..errors import PlanError
 from .offsets import live_bytes_bound
 from .search import search
 
-__all__ = ["ExactPacking", "STATUSES", "pack_exact"]
-
-STATUSES = ("optimal", "feasible", "infeasible", "unknown")
+__all__ = ["ExactPacking", "pack_exact"]
 
 #: Default effort: placements tried over all capacities. MiniMalloc's
 #: challenging set A-K needs at most about 600,000 at their capacity
