@@ -26,6 +26,11 @@ STRATEGY_NAMES = tuple(STRATEGIES) + ("search",)
 SEARCH_SECONDS = 1.0
 
 
+def check_strategy(strategy: str) -> None:
+    if strategy not in STRATEGY_NAMES:
+        raise PlanError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGY_NAMES)}")
+
+
 def exact_packing(
     starts: Sequence[int],
     ends: Sequence[int],
@@ -39,8 +44,7 @@ def exact_packing(
 
     Every strategy but ``search`` is deterministic, so the result is too.
     """
-    if strategy not in STRATEGY_NAMES:
-        raise PlanError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGY_NAMES)}")
+    check_strategy(strategy)
     incumbent = None if strategy == "search" else STRATEGIES[strategy](starts, ends, sizes)
     return pack_exact(starts, ends, sizes, capacity, nodes=nodes, seconds=seconds, incumbent=incumbent)
 
@@ -57,8 +61,7 @@ def _packing(
     nodes: int,
 ) -> tuple[list[int], ExactPacking | None]:
     """Offsets by ``strategy``, or by the exact packer when ``exact``; with the exact packer's record."""
-    if strategy not in STRATEGY_NAMES:
-        raise PlanError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGY_NAMES)}")
+    check_strategy(strategy)
     if exact:
         found = exact_packing(starts, ends, sizes, strategy, None, nodes, seconds)
         return list(found.offsets), found
