@@ -119,21 +119,28 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The search strategy's budget in ``plan`` and ``pack`` when --seconds is not given.
+PLAN_SEARCH_SECONDS = 2.0
+PACK_SEARCH_SECONDS = 10.0
+
+
 @command
 def cmd_plan(args: argparse.Namespace) -> int:
-    """Slab plan; JSON keys: order, slab_bytes, lower_bound, strategy, buffers [{name, offset, size, start, end}]."""
+    """Slab plan; JSON keys: order, slab_bytes, lower_bound, strategy, buffers [{name, offset, size, start, end}];
+    with --exact also status and nodes."""
     from .planning import plan_memory, plan_orders
     from .schedulers import reorder_for_peak_memory
 
     graph = load_graph(args.file)
+    seconds = PLAN_SEARCH_SECONDS if args.seconds is None and not args.exact else args.seconds
+    options = dict(alignment=args.alignment, include_inputs=not args.exclude_inputs, seconds=seconds,
+                   restarts=args.restarts, exact=args.exact, nodes=args.nodes)
     if args.order == "baseline":
-        chosen, plan = "baseline", plan_memory(graph, None, args.strategy, args.alignment, not args.exclude_inputs,
-                                               args.seconds, args.restarts)
+        chosen, plan = "baseline", plan_memory(graph, None, args.strategy, **options)
     else:
         result = reorder_for_peak_memory(graph, _method_list(args.methods))
         orders = result.orders if args.order == "all" else {result.method: result.order}
-        chosen, plan = plan_orders(graph, orders, args.strategy, args.alignment, not args.exclude_inputs, args.seconds,
-                                   args.restarts)
+        chosen, plan = plan_orders(graph, orders, args.strategy, **options)
     if args.json:
         print(json.dumps({"graph": graph.name, "order_method": chosen, **plan.to_json()}, indent=1))
         return 0
@@ -141,6 +148,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
           f"alignment {plan.alignment}")
     print(f"slab {format_bytes(plan.slab_bytes)} ({plan.slab_bytes} B), lower bound {format_bytes(plan.lower_bound)}, "
           f"ratio {plan.ratio:.4f}; plan validated: no two live buffers share a byte")
+    if plan.status:
+        print(f"exact packer: {plan.status} after {plan.nodes} nodes")
     if args.verbose:
         rows = [(plan.names[k], plan.offsets[k], plan.sizes[k], plan.symbolic_sizes[k] or "", plan.starts[k], plan.ends[k])
                 for k in range(len(plan.names))]
@@ -150,20 +159,26 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 @command
 def cmd_pack(args: argparse.Namespace) -> int:
-    """Pack a CSV instance; JSON keys: slab_bytes, lower_bound, offsets {id: offset}."""
+    """Pack a CSV instance; JSON keys: slab_bytes, lower_bound, offsets {id: offset};
+    with --exact also status, capacity, nodes, clock_stopped, note (offsets and slab_bytes null without a packing)."""
     import time
 
     from .planning import load_instance, pack
     from .planning.slab import SlabPlan
 
     inst = load_instance(args.file)
+    if args.exact:
+        return pack_exactly(args, inst)
+    if args.capacity is not None:
+        raise ReorderError("--capacity needs --exact")
     t0 = time.perf_counter()
 
     def show(restarts: int, slab: int) -> None:
         print(f"\r{inst.name}: {time.perf_counter() - t0:5.1f}s  restart {restarts:5d}  best slab {slab}",
               end="", file=sys.stderr, flush=True)
 
-    offsets = pack(inst.starts, inst.ends, inst.sizes, args.strategy, args.seconds, args.restarts,
+    seconds = PACK_SEARCH_SECONDS if args.seconds is None else args.seconds
+    offsets = pack(inst.starts, inst.ends, inst.sizes, args.strategy, seconds, args.restarts,
                    progress=None if args.json else show)
     if not args.json and args.strategy == "search":
         print(file=sys.stderr)
@@ -178,6 +193,31 @@ def cmd_pack(args: argparse.Namespace) -> int:
         return 0
     print(f"{inst.name}: {len(inst.ids)} buffers, slab {slab} B, lower bound {bound} B, "
           f"ratio {slab / bound if bound else 1.0:.4f}, {seconds:.2f}s ({args.strategy}); valid")
+    return 0
+
+
+def pack_exactly(args: argparse.Namespace, inst) -> int:
+    """``pack --exact``: the exact packer's verdict; any packing is validated before it is printed."""
+    from .planning import exact_packing
+    from .planning.slab import SlabPlan
+
+    found = exact_packing(inst.starts, inst.ends, inst.sizes, args.strategy, args.capacity, args.nodes, args.seconds)
+    if found.offsets is not None:
+        SlabPlan.of_intervals(inst.ids, inst.starts, inst.ends, inst.sizes, found.offsets, "exact").validate()
+    bound = found.lower_bound
+    if args.json:
+        print(json.dumps({"instance": inst.name, "strategy": "exact", "buffers": len(inst.ids), "status": found.status,
+                          "capacity": found.capacity, "slab_bytes": found.slab, "lower_bound": bound,
+                          "ratio": found.slab / bound if found.slab is not None and bound else None,
+                          "nodes": found.nodes, "seconds": found.seconds, "clock_stopped": found.clock_stopped,
+                          "note": found.note,
+                          "offsets": None if found.offsets is None else dict(zip(inst.ids, found.offsets))}))
+        return 0
+    slab = "no packing" if found.slab is None else f"slab {found.slab} B (ratio {found.slab / bound:.4f}); valid"
+    within = "" if found.capacity is None else f" within {found.capacity} B"
+    stopped = ", stopped by the clock" if found.clock_stopped else ""
+    print(f"{inst.name}: {len(inst.ids)} buffers, {found.status}{within}: {slab}, lower bound {bound} B, "
+          f"{found.nodes} nodes, {found.seconds:.2f}s{stopped}" + (f" ({found.note})" if found.note else ""))
     return 0
 
 
@@ -287,6 +327,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_exact_options(p: argparse.ArgumentParser) -> None:
+    from .planning.exact import DEFAULT_NODES
+
+    p.add_argument("--exact", action="store_true",
+                   help="minimise the slab with the exact packer (branch and bound) from the strategy's offsets")
+    p.add_argument("--nodes", type=int, default=DEFAULT_NODES,
+                   help=f"effort of the exact packer: placements tried (default {DEFAULT_NODES:,}); results depend on it, not on the machine")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reorder", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log each method's peak (INFO on the 'reorder' logger); with plan, list every buffer")
@@ -311,16 +360,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--order", default="all", choices=["all", "best", "baseline"],
                    help="plan every method's order and keep the smallest slab (all), only the lowest-peak order, or the graph's own")
     p.add_argument("--methods", help="reordering methods whose orders are candidates (as for optimize)")
-    p.add_argument("--seconds", type=float, default=2.0, help="time budget of the search strategy")
+    p.add_argument("--seconds", type=float,
+                   help="time budget of the search strategy (default 2), or the exact packer's wall-clock cap (default none)")
     p.add_argument("--restarts", type=int, help="cap on the search's random restarts (deterministic results)")
     p.add_argument("--exclude-inputs", action="store_true", help="leave graph inputs to the caller")
+    add_exact_options(p)
 
     p = sub.add_parser("pack", help="pack an offset instance (CSV id,lower,upper,size)")
     p.add_argument("file")
     p.add_argument("--json", action="store_true")
     p.add_argument("--strategy", default="search", choices=STRATEGY_NAMES)
-    p.add_argument("--seconds", type=float, default=10.0, help="time budget of the search strategy")
+    p.add_argument("--seconds", type=float,
+                   help="time budget of the search strategy (default 10), or the exact packer's wall-clock cap (default none)")
     p.add_argument("--restarts", type=int, help="cap on the search's random restarts (deterministic results)")
+    add_exact_options(p)
+    p.add_argument("--capacity", type=int, help="with --exact: decide whether a slab of this many bytes suffices")
 
     p = sub.add_parser("plot", help="draw live bytes per step and the slab layout (needs matplotlib)")
     p.add_argument("file")

@@ -1,12 +1,13 @@
 """Slab offset planning: storage lifetimes of an order, offset strategies, the validated plan."""
 
 from .instances import load_instance
+from .exact import ExactPacking, pack_exact
 from .intervals import Storage, align, storage_intervals
 from .offsets import STRATEGIES, live_bytes_bound
-from .planner import STRATEGY_NAMES, pack, plan_memory, plan_orders
+from .planner import STRATEGY_NAMES, exact_packing, pack, plan_memory, plan_orders
 from .slab import SlabPlan
 
 __all__ = [
-    "STRATEGIES", "STRATEGY_NAMES", "SlabPlan", "Storage", "align", "live_bytes_bound", "load_instance", "pack",
-    "plan_memory", "plan_orders", "storage_intervals",
+    "ExactPacking", "STRATEGIES", "STRATEGY_NAMES", "SlabPlan", "Storage", "align", "exact_packing",
+    "live_bytes_bound", "load_instance", "pack", "pack_exact", "plan_memory", "plan_orders", "storage_intervals",
 ]

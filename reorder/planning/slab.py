@@ -24,9 +24,13 @@ class SlabPlan:
 
     Parallel tuples per storage: ``names`` (owner buffer), ``members`` (all
     buffer names in it), ``starts``/``ends`` (half-open steps), ``sizes``
-    (aligned bytes), ``offsets``. ``lower_bound`` is the largest total of
-    storage live at one step plus the workspace region: no plan with this
-    layout can be smaller.
+    (aligned bytes), ``offsets``. ``tensor_bound``: no packing of these
+    storages is smaller (the largest total live at one step, or more where
+    the exact packer proved it); ``lower_bound`` adds the workspace region:
+    no plan with this layout can be smaller. ``status`` and ``nodes``: the
+    exact packer's verdict and effort (see
+    :class:`~reorder.planning.exact.ExactPacking`); None and 0 for the
+    other strategies.
     """
 
     strategy: str
@@ -43,6 +47,8 @@ class SlabPlan:
     unique_workspace: dict[str, tuple[int, int]]  # node -> (offset, bytes)
     shared_workspace: tuple[int, int]  # (offset, bytes)
     symbolic_sizes: tuple[str | None, ...] = ()  # the size expressions of symbolic graphs, for reports
+    status: str | None = None
+    nodes: int = 0
 
     @classmethod
     def of_intervals(cls, names, starts, ends, sizes, offsets, strategy: str = "manual") -> "SlabPlan":
@@ -138,6 +144,7 @@ class SlabPlan:
             "lower_bound": self.lower_bound,
             "ratio": self.ratio,
             "tensor_bytes": self.tensor_bytes,
+            **({"status": self.status, "nodes": self.nodes} if self.status else {}),
             "buffers": [
                 {"name": self.names[k], "offset": self.offsets[k], "size": self.sizes[k], "start": self.starts[k],
                  "end": self.ends[k], "aliases": [m for m in self.members[k] if m != self.names[k]],
