@@ -12,6 +12,7 @@ from reorder import BufferSpec, InputSpec, NodeSpec, PlanError, build_graph, est
 from reorder.cli import main
 from reorder.planning import STRATEGY_NAMES, SlabPlan, live_bytes_bound, load_instance, pack, plan_memory, plan_orders
 from reorder.planning.intervals import storage_intervals
+from reorder.planning.offsets import busiest_step
 from reorder.schedulers import reorder_for_peak_memory
 
 
@@ -182,6 +183,23 @@ def test_bundled_offset_instances_pack_validly(name):
         plan = SlabPlan.of_intervals(inst.ids, inst.starts, inst.ends, inst.sizes, offsets, strategy)
         plan.validate()
         assert plan.lower_bound == live_bytes_bound(inst.starts, inst.ends, inst.sizes) <= plan.slab_bytes
+
+
+@given(data=st.data())
+@settings(max_examples=60, deadline=None)
+def test_peak_stack_leaves_no_hole_at_the_busiest_step(data):
+    n = data.draw(st.integers(1, 25))
+    starts = data.draw(st.lists(st.integers(0, 12), min_size=n, max_size=n))
+    ends = [s + data.draw(st.integers(1, 8)) for s in starts]
+    sizes = data.draw(st.lists(st.integers(0, 50), min_size=n, max_size=n))
+    offsets = pack(starts, ends, sizes, "peak_stack")
+    assert not overlaps(starts, ends, sizes, offsets)
+    step, bound = busiest_step(starts, ends, sizes)
+    at_step = [i for i in range(n) if starts[i] <= step < ends[i]]
+    assert sum(sizes[i] for i in at_step) == bound == live_bytes_bound(starts, ends, sizes)
+    assert max(offsets[i] + sizes[i] for i in at_step) == bound  # stacked without a gap
+    stack = sorted((i for i in at_step if sizes[i]), key=lambda i: offsets[i])
+    assert all(ends[a] - starts[a] >= ends[b] - starts[b] for a, b in zip(stack, stack[1:]))  # longest-lived lowest
 
 
 @pytest.mark.parametrize("text, message", [

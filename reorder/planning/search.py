@@ -2,7 +2,7 @@
 
 1. Linear scan, so that there is an answer however short the budget.
 2. The deterministic skylines (rules "area", "width", "size") while time remains,
-   and greedy-by-size when its estimated cost fits the budget.
+   and greedy-by-size and the peak stack when their estimated cost fits the budget.
 3. Skyline restarts until the budget is spent or a slab equals the live-bytes
    bound (then it is optimal). Most restarts perturb the weights of the best
    skyline so far (a local search over placement preferences; equal slabs
@@ -22,7 +22,7 @@ import random
 import time
 from typing import Callable, Sequence
 
-from .offsets import compact, greedy_by_size, linear_scan, live_bytes_bound, skyline
+from .offsets import compact, greedy_by_size, linear_scan, live_bytes_bound, peak_stack, skyline
 
 __all__ = ["search"]
 
@@ -94,8 +94,9 @@ def search(
         if best_slab <= bound or time.perf_counter() + last_run > deadline:
             return best
         consider(timed_skyline(rule=rule))
-    if best_slab > bound and affordable():
-        consider(greedy_by_size(starts, ends, sizes))
+    for greedy in (greedy_by_size, peak_stack):
+        if best_slab > bound and affordable():
+            consider(greedy(starts, ends, sizes))
     rng = random.Random(seed)
     n = len(sizes)
     span = [e - s for s, e in zip(starts, ends)]
