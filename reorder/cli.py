@@ -94,7 +94,9 @@ def optimize_record(graph: Graph, methods: Sequence[str] | None) -> dict:
 
 
 def _method_list(text: str | None) -> list[str] | None:
-    return None if text is None else [m.strip() for m in text.split(",") if m.strip()]
+    from .schedulers import split_methods
+
+    return None if text is None else split_methods(text)
 
 
 @command
@@ -348,7 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("optimize", help="find the lowest-peak order")
     p.add_argument("file")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--methods", help="comma-separated, e.g. lpmf,bfs,refine (options: 'exact:max_states=10000,refine:window=10')")
+    p.add_argument("--methods", help="comma-separated, e.g. lpmf,bfs,refine (options: 'exact:max_states=10000,refine:window=10'; "
+                        "'optimal:effort=30:workers=1' solves with CP-SAT, needs the exact extra)")
 
     from .planning import STRATEGY_NAMES
 
