@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 from .errors import ReorderError
 from .graph import Graph
 from .io import load_graph
+from .optima import OPTIMA_FILE
 from .report import format_bytes, format_table
 from .timeline import estimate_peak_memory, estimate_peak_memory_allocfree, lower_bound
 
@@ -31,10 +32,11 @@ def command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Names
 
 
 def graph_files(path: str) -> list[Path]:
-    """The JSON graph files at ``path``: the file itself, or every ``*.json`` in a folder but figure files."""
+    """The JSON graph files at ``path``: the file itself, or every ``*.json`` in a folder but figure
+    files and recorded optima."""
     p = Path(path)
     if p.is_dir():
-        files = sorted(f for f in p.glob("*.json") if "figures" not in f.name)
+        files = sorted(f for f in p.glob("*.json") if "figures" not in f.name and f.name != OPTIMA_FILE)
         if not files:
             raise ReorderError(f"no graph files (*.json) in {p}")
         return files
