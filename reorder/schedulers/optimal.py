@@ -76,15 +76,21 @@ def segments(graph: Graph) -> tuple[list[Segment], int]:
 
     Live bytes at step ``t`` of any order equal the demands of the segments
     covering ``t`` minus the returned constant (0 for graphs Inductor builds).
-    Buffers that start together (one node's outputs; each graph input on its
-    own) pool their allocations: each freed buffer first pays its free from
-    its own allocation, then from the pool (a multi-output parent pays its
-    children); what is left of the pool is never freed.
+    Buffers written by one node (its outputs, and the children of a
+    multi-output parent it writes, which allocate nothing themselves) pool
+    their allocations; each graph input is a group of its own. Each freed
+    buffer first pays its free from its own allocation, then from the pool
+    (the parent pays its children); what is left of the pool is never freed.
     """
     groups = [[b] for b in range(graph.num_buffers) if graph.is_input[b]]
     starts: list[int | None] = [None] * len(groups)
+    written: list[list[int]] = [[] for _ in range(graph.num_nodes)]
+    for b in range(graph.num_buffers):
+        writer = graph.producer[b] if graph.parent[b] is None else graph.producer[graph.parent[b]]
+        if writer is not None:
+            written[writer].append(b)
     for v in range(graph.num_nodes):
-        groups.append(list(graph.outputs[v]))
+        groups.append(written[v])
         starts.append(v)
     out: list[Segment] = []
     unpaid = 0
