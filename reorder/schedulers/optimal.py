@@ -6,21 +6,22 @@ topological order, exactly the peak of :mod:`reorder.timeline` (Inductor
 
 * one integer ``step[v]`` per node, all different, ``step[p] < step[v]`` for
   every ordering constraint, each domain cut to ``[#ancestors, n-1-#descendants]``;
-* one integer ``end[b]`` per freed buffer: the largest step of its readers
-  (readers that run before another reader are dropped), its producer's step
-  if nobody reads it;
+* one integer per freed buffer's end: the largest step of its readers
+  (readers that run before another reader are dropped, and buffers with the
+  same last readers share it), its producer's step if nobody reads it;
 * the bytes of each buffer as *segments*: ``demand`` bytes live from the step
-  its producer runs (0 for graph inputs) through ``end[b]`` (to the horizon
+  its producer runs (0 for graph inputs) through its end (to the horizon
   for graph outputs), each an interval of a cumulative constraint whose
   capacity is the peak, which is minimised.
 
 A segment is exact because live bytes at step ``t`` are ``+size_alloc`` from
 the buffer's start and ``-size_free`` after its end: a buffer that allocates
-what it frees is one segment; a multi-output parent's allocation pays for its
-children's segments (same start, each child's own end); an allocation never
-freed runs to the horizon; a free larger than any allocation that could pay
-for it (none in Inductor's graphs) is a segment from step 0 to its end with its
-bytes added to the capacity.
+what it frees is one segment; an allocation never freed (a graph output, a
+multi-output parent) runs to the horizon; a free that no allocation of the
+same step pays for (a multi-output child that a later node splits off its
+parent) is a segment from step 0 to its end whose bytes are added to the
+capacity. (Pairing such a child with its parent's allocation instead is
+also exact but, measured on vgg16_train_1, made CP-SAT's proof slower.)
 
 The two estimators give the same peak for every order: after the allocations
 of step ``t`` the alloc/free model holds everything allocated up to ``t`` less
@@ -53,10 +54,10 @@ from typing import ClassVar, Sequence
 
 from ..errors import ReorderError
 from ..graph import Graph
-from ..timeline import estimate_peak_memory, estimate_peak_memory_allocfree, lifetimes, lower_bound
+from ..timeline import estimate_peak_memory, estimate_peak_memory_allocfree, lower_bound
 from .base import MethodOutcome, register
 
-__all__ = ["Optimal", "Segment", "segments"]
+__all__ = ["Optimal", "OrderVariables", "Segment", "segments", "cp_model_module"]
 
 MODELS = {"net": estimate_peak_memory, "allocfree": estimate_peak_memory_allocfree}
 
@@ -75,22 +76,16 @@ def segments(graph: Graph) -> tuple[list[Segment], int]:
     """The live bytes of every buffer as segments, and the bytes of frees nothing pays for.
 
     Live bytes at step ``t`` of any order equal the demands of the segments
-    covering ``t`` minus the returned constant (0 for graphs Inductor builds).
-    Buffers written by one node (its outputs, and the children of a
-    multi-output parent it writes, which allocate nothing themselves) pool
-    their allocations; each graph input is a group of its own. Each freed
-    buffer first pays its free from its own allocation, then from the pool
-    (the parent pays its children); what is left of the pool is never freed.
+    covering ``t`` minus the returned constant.
+    Buffers that start together (one node's outputs; each graph input on its
+    own) pool their allocations: each freed buffer first pays its free from
+    its own allocation, then from the pool (a multi-output parent pays its
+    children); what is left of the pool is never freed.
     """
     groups = [[b] for b in range(graph.num_buffers) if graph.is_input[b]]
     starts: list[int | None] = [None] * len(groups)
-    written: list[list[int]] = [[] for _ in range(graph.num_nodes)]
-    for b in range(graph.num_buffers):
-        writer = graph.producer[b] if graph.parent[b] is None else graph.producer[graph.parent[b]]
-        if writer is not None:
-            written[writer].append(b)
     for v in range(graph.num_nodes):
-        groups.append(written[v])
+        groups.append(list(graph.outputs[v]))
         starts.append(v)
     out: list[Segment] = []
     unpaid = 0
@@ -118,16 +113,59 @@ def segments(graph: Graph) -> tuple[list[Segment], int]:
     return out, unpaid
 
 
-def _last_readers(graph: Graph, b: int) -> list[int]:
-    """The readers of ``b`` that no other reader must follow: the only ones its end depends on."""
-    readers = graph.readers[b]
-    before_some_reader = 0
-    for r in readers:
-        before_some_reader |= graph.ancestors[r]
-    return [r for r in readers if not before_some_reader >> r & 1]
+class OrderVariables:
+    """CP-SAT variables of an execution order, hinted with one: ``step[v]`` per node (all
+    different, after every predecessor, within ``[#ancestors, n-1-#descendants]``) and the last
+    step of any set of nodes, made once per set."""
+
+    def __init__(self, model, graph: Graph, hint: Sequence[int]):
+        n = graph.num_nodes
+        self.model, self.graph = model, graph
+        self.hint = [0] * n
+        for s, v in enumerate(hint):
+            self.hint[v] = s
+        self.step = [
+            model.new_int_var(graph.ancestors[v].bit_count(), n - 1 - graph.descendants[v].bit_count(), f"step{v}")
+            for v in range(n)
+        ]
+        model.add_all_different(self.step)
+        for v in range(n):
+            model.add_hint(self.step[v], self.hint[v])
+            for p in graph.preds[v]:
+                model.add(self.step[p] < self.step[v])
+        self._last: dict[tuple[int, ...], object] = {}
+
+    def start(self, node: int | None):
+        """The step of ``node``; 0 for None (graph inputs)."""
+        return 0 if node is None else self.step[node]
+
+    def last(self, nodes: Sequence[int]):
+        """The latest step of ``nodes`` (not empty). Nodes that must run before another of them are
+        dropped first, so a chain of readers costs no variable at all."""
+        before_another = 0
+        for r in nodes:
+            before_another |= self.graph.ancestors[r]
+        key = tuple(sorted(r for r in set(nodes) if not before_another >> r & 1))
+        if key not in self._last:
+            if len(key) == 1:
+                self._last[key] = self.step[key[0]]
+            else:
+                var = self.model.new_int_var(0, self.graph.num_nodes - 1, f"last{len(self._last)}")
+                self.model.add_max_equality(var, [self.step[r] for r in key])
+                self.model.add_hint(var, max(self.hint[r] for r in key))
+                self._last[key] = var
+        return self._last[key]
+
+    def hint_of(self, nodes: Sequence[int]) -> int:
+        """The hinted value of :meth:`last`."""
+        return max(self.hint[r] for r in nodes)
+
+    def order(self, solver) -> list[int]:
+        """The order of a solution: nodes sorted by step."""
+        return sorted(range(self.graph.num_nodes), key=lambda v: solver.value(self.step[v]))
 
 
-def _cp_model():
+def cp_model_module():
     try:
         from ortools.sat.python import cp_model
     except ImportError:
@@ -167,8 +205,8 @@ class Optimal:
         bound = lower_bound(graph)
         if start_peak <= bound:
             return MethodOutcome(start, optimal=True, bound=start_peak, note="starting order meets the lower bound")
-        cp_model = _cp_model()
-        model, step, peak = self._build(cp_model, graph, start, start_peak, bound)
+        cp_model = cp_model_module()
+        model, steps, peak = self._build(cp_model, graph, start, start_peak, bound)
         solver = cp_model.CpSolver()
         solver.parameters.max_deterministic_time = float(self.effort)
         solver.parameters.num_workers = int(self.workers)
@@ -179,7 +217,7 @@ class Optimal:
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return MethodOutcome(start, bound=min(proven, start_peak),
                                  note=f"solver found nothing better ({solver.status_name(status)})")
-        order = sorted(range(graph.num_nodes), key=lambda v: solver.value(step[v]))
+        order = steps.order(solver)
         found = estimate(graph, order).peak
         if found != solver.value(peak):
             raise ReorderError(
@@ -195,53 +233,29 @@ class Optimal:
         """The CP-SAT model (see the module docstring), hinted with ``start``."""
         n = graph.num_nodes
         horizon = n + 1 if self.model == "net" else n
-        life = lifetimes(graph, start)
-        at = life.step
         model = cp_model.CpModel()
-        step = [
-            model.new_int_var(graph.ancestors[v].bit_count(), n - 1 - graph.descendants[v].bit_count(), f"step{v}")
-            for v in range(n)
-        ]
-        model.add_all_different(step)
-        for v in range(n):
-            model.add_hint(step[v], at[v])
-            for p in graph.preds[v]:
-                model.add(step[p] < step[v])
-
-        def start_of(node):
-            return 0 if node is None else step[node]
-
-        ends: dict[int, object] = {}
-
-        def end_of(b: int):
-            if b not in ends:
-                last = _last_readers(graph, b)
-                if not last:
-                    ends[b] = start_of(graph.producer[b])
-                elif len(last) == 1:
-                    ends[b] = step[last[0]]
-                else:
-                    var = model.new_int_var(0, n - 1, f"end{b}")
-                    model.add_max_equality(var, [step[r] for r in last])
-                    model.add_hint(var, max(at[r] for r in last))
-                    ends[b] = var
-            return ends[b]
-
+        steps = OrderVariables(model, graph, start)
         segs, unpaid = segments(graph)
         intervals, demands = [], []
         for k, seg in enumerate(segs):
-            first = start_of(seg.start_node)
-            stop = horizon if seg.end_buffer is None else end_of(seg.end_buffer) + 1
+            first = steps.start(seg.start_node)
+            first_at = 0 if seg.start_node is None else steps.hint[seg.start_node]
+            if seg.end_buffer is None:
+                stop, stop_at = horizon, horizon
+            else:
+                b = seg.end_buffer
+                users = graph.readers[b] or ((graph.producer[b],) if graph.producer[b] is not None else ())
+                stop = steps.last(users) + 1 if users else 1
+                stop_at = steps.hint_of(users) + 1 if users else 1
             if isinstance(first, int) and isinstance(stop, int):
                 intervals.append(model.new_fixed_size_interval_var(first, stop - first, f"seg{k}"))
             else:
                 length = model.new_int_var(1, horizon, f"len{k}")
                 intervals.append(model.new_interval_var(first, length, stop, f"seg{k}"))
-                stop_at = horizon if seg.end_buffer is None else life.end[seg.end_buffer] + 1
-                model.add_hint(length, stop_at - (0 if seg.start_node is None else at[seg.start_node]))
+                model.add_hint(length, stop_at - first_at)
             demands.append(seg.demand)
         peak = model.new_int_var(bound, start_peak, "peak")
         model.add_hint(peak, start_peak)
         model.add_cumulative(intervals, demands, peak + unpaid)
         model.minimize(peak)
-        return model, step, peak
+        return model, steps, peak
