@@ -107,3 +107,18 @@ def test_joint_order_and_offsets_match_the_brute_force_smallest_slab(spec):
     graph.check_order(joint.order)
     assert joint.proven and joint.slab == joint.bound == smallest <= joint.min_peak_slab
     assert joint.verdict == ("below" if smallest < joint.min_peak_slab else "coincide")
+
+
+def test_recorded_optima_cover_the_bundled_graphs_and_agree_with_them():
+    from reorder.cli import graph_files
+    from reorder.optima import load_optima
+
+    optima = load_optima(GRAPHS)
+    files = graph_files(str(GRAPHS))
+    assert set(optima) == {f.stem for f in files}
+    for path in files:
+        graph, record = load_graph(path), optima[path.stem]
+        assert record.nodes == graph.num_nodes
+        assert lower_bound(graph) <= record.bound <= record.peak <= record.default_peak
+        assert record.default_peak == reorder_for_peak_memory(graph).peak
+
