@@ -37,6 +37,7 @@ from reorder.report import format_bytes, markdown_table
 from reorder.schedulers import bfs_order, dfs_order, lpmf_order, reorder_for_peak_memory
 from reorder.timeline import estimate_peak_memory
 from reorder.inductor.figures import torch_reference
+from reorder.optima import optimum_for
 
 from .progress import progress
 from .synthetic import layered_graph
@@ -123,7 +124,14 @@ def compare(path: Path, figures: dict, plots: Path | None) -> dict:
         "plan_seconds": plan_seconds,
         "figures_match": not mismatch,
         "peaks": result.peaks,
+        "optimum": optimum_cell(path),
     }
+
+
+def optimum_cell(path: Path) -> str:
+    """The "optimum" cell of a graph file: its recorded optimum or certified bound, "-" if none was recorded."""
+    optimum = optimum_for(path)
+    return optimum.column() if optimum else "-"
 
 
 def scaling(sizes: list[int], torch_limit: float) -> list[dict]:
@@ -181,7 +189,7 @@ def plot_scaling(rows: list[dict], out: Path) -> None:
 
 def write_report(out: Path, batch: int, rows: list[dict], scale_rows: list[dict], seconds: float) -> None:
     table = [(r["graph"], batch, r["nodes"], format_bytes(r["inductor_baseline"]), format_bytes(r["inductor_best"]),
-              format_bytes(r["ours"]), f"{r['ratio']:.4f}", r["method"], format_bytes(r["slab_bytes"]),
+              format_bytes(r["ours"]), f"{r['ratio']:.4f}", r["method"], r["optimum"], format_bytes(r["slab_bytes"]),
               f"{r['slab_ratio']:.4f}", f"{r['ours_fast_seconds'] * 1000:.1f} / {r['inductor_seconds'] * 1000:.1f}",
               f"{r['ours_seconds'] * 1000:.0f}")
              for r in rows]
@@ -190,9 +198,10 @@ def write_report(out: Path, batch: int, rows: list[dict], scale_rows: list[dict]
              "DFS (torch's own functions, run on the same graph). *ratio* is ours / Inductor best. *slab / bound* is the "
              "planned slab over the live-bytes lower bound of its order (64-byte alignment). *ms ours / torch* times "
              "the same work (baseline estimate + LPMF + BFS + DFS) in one process; *all ms* adds our refine and exact "
-             "methods.", "",
+             "methods. *optimum* is the minimum peak over every order, proven by the `optimal` method (CP-SAT) and "
+             "recorded by `python -m benchmarks.optimum` (or the certified bound where it was not proven).", "",
              markdown_table(["graph", "batch", "nodes", "Inductor baseline", "Inductor best", "ours", "ratio", "method",
-                             "slab", "slab / bound", "ms ours / torch", "all ms"], table), ""]
+                             "optimum", "slab", "slab / bound", "ms ours / torch", "all ms"], table), ""]
     lower = [r for r in rows if r["ours"] < r["inductor_best"]]
     geo = math.exp(sum(math.log(r["ratio"]) for r in rows) / len(rows)) if rows else 1.0
     lines += [f"Lower than Inductor on {len(lower)} of {len(rows)} graphs; never higher: "

@@ -11,12 +11,14 @@ import argparse
 import json
 import logging
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Sequence
 
 from .errors import ReorderError
 from .graph import Graph
 from .io import load_graph
+from .optima import OPTIMA_FILE, optimum_for
 from .report import format_bytes, format_table
 from .timeline import estimate_peak_memory, estimate_peak_memory_allocfree, lower_bound
 
@@ -31,10 +33,11 @@ def command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Names
 
 
 def graph_files(path: str) -> list[Path]:
-    """The JSON graph files at ``path``: the file itself, or every ``*.json`` in a folder but figure files."""
+    """The JSON graph files at ``path``: the file itself, or every ``*.json`` in a folder but figure
+    files and recorded optima."""
     p = Path(path)
     if p.is_dir():
-        files = sorted(f for f in p.glob("*.json") if "figures" not in f.name)
+        files = sorted(f for f in p.glob("*.json") if "figures" not in f.name and f.name != OPTIMA_FILE)
         if not files:
             raise ReorderError(f"no graph files (*.json) in {p}")
         return files
@@ -94,7 +97,9 @@ def optimize_record(graph: Graph, methods: Sequence[str] | None) -> dict:
 
 
 def _method_list(text: str | None) -> list[str] | None:
-    return None if text is None else [m.strip() for m in text.split(",") if m.strip()]
+    from .schedulers import split_methods
+
+    return None if text is None else split_methods(text)
 
 
 @command
@@ -297,7 +302,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     files = graph_files(args.folder)
     for k, path in enumerate(files, 1):
         graph = load_graph(path)
+        optimum = optimum_for(path)
         result = reorder_for_peak_memory(graph)
+        # A recorded optimum (benchmarks.optimum) is a proven bound too.
+        bound = max(result.lower_bound, optimum.bound if optimum else 0)
         plan_method, plan = plan_orders(graph, result.orders, seconds=args.seconds)
         peaks = result.peaks
         inductor = min(peaks[m] for m in ("baseline", "lpmf", "bfs", "dfs"))
@@ -308,16 +316,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
         rows.append((
             graph.name, graph.num_nodes, format_bytes(peaks["baseline"]), format_bytes(inductor),
             format_bytes(result.peak), f"{format_bytes(saved)} ({100 * saved / inductor:.2f}%)" if inductor else "-",
-            result.method, "yes" if result.optimal else f"{100 * result.gap:.1f}% gap",
-            format_bytes(plan.slab_bytes), f"{plan.ratio:.4f}", f"{sum(result.seconds.values()) * 1000:.0f}",
+            result.method, "yes" if result.peak <= bound else f"{100 * (result.peak - bound) / bound:.1f}% gap",
+            optimum.column() if optimum else "-", format_bytes(plan.slab_bytes), f"{plan.ratio:.4f}", f"{sum(result.seconds.values()) * 1000:.0f}",
         ))
         records.append({"graph": graph.name, "nodes": graph.num_nodes, "inductor_best": inductor, "ours": result.peak,
                         "method": result.method, "lower_bound": result.lower_bound, "optimal": result.optimal,
-                        "slab_bytes": plan.slab_bytes, "slab_lower_bound": plan.lower_bound, "peaks": peaks})
+                        "slab_bytes": plan.slab_bytes, "slab_lower_bound": plan.lower_bound, "peaks": peaks,
+                        "optimum": asdict(optimum) if optimum else None})
         print(f"\r[{k}/{len(files)}] {graph.name}".ljust(60), end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     print(format_table(["graph", "nodes", "baseline", "Inductor best", "ours", "saved", "method", "optimal",
-                        "slab", "slab/bound", "ms"], rows))
+                        "optimum", "slab", "slab/bound", "ms"], rows))
     never_worse = all(r["ours"] <= r["inductor_best"] for r in records)
     lower = sum(r["ours"] < r["inductor_best"] for r in records)
     print(f"\nours <= Inductor's best on every graph: {never_worse}; lower on {lower} of {len(records)}.")
@@ -348,7 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("optimize", help="find the lowest-peak order")
     p.add_argument("file")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--methods", help="comma-separated, e.g. lpmf,bfs,refine (options: 'exact:max_states=10000,refine:window=10')")
+    p.add_argument("--methods", help="comma-separated, e.g. lpmf,bfs,refine (options: 'exact:max_states=10000,refine:window=10'; "
+                        "'optimal:effort=30:workers=1' solves with CP-SAT, needs the exact extra)")
 
     from .planning import STRATEGY_NAMES
 

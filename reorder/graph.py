@@ -109,8 +109,8 @@ class Graph:
     :class:`NodeSpec`).
 
     Facts derived from these (``is_input``, ``alloc_size``, ``children``,
-    ``members``, the name indexes) are computed once, on first use, here and
-    nowhere else.
+    ``members``, ``ancestors``, ``descendants``, the name indexes) are
+    computed once, on first use, here and nowhere else.
     """
 
     name: str
@@ -185,6 +185,31 @@ class Graph:
         for b, r in enumerate(self.root):
             groups[r].append(b)
         return tuple(tuple(g) for g in groups)
+
+    @cached_property
+    def ancestors(self) -> tuple[int, ...]:
+        """Each node's ancestors (every node that must run before it), as a bitmask over node ids.
+
+        One pass in node order (the listing runs, so predecessors come first).
+        """
+        anc: list[int] = []
+        for v in range(self.num_nodes):
+            mask = 0
+            for p in self.preds[v]:
+                mask |= anc[p] | (1 << p)
+            anc.append(mask)
+        return tuple(anc)
+
+    @cached_property
+    def descendants(self) -> tuple[int, ...]:
+        """Each node's descendants (every node that must run after it), as a bitmask over node ids."""
+        desc = [0] * self.num_nodes
+        for v in range(self.num_nodes - 1, -1, -1):
+            mask = 0
+            for s in self.succs[v]:
+                mask |= desc[s] | (1 << s)
+            desc[v] = mask
+        return tuple(desc)
 
     def node_id(self, name: str) -> int:
         try:

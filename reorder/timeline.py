@@ -160,20 +160,64 @@ def resident_bytes(graph: Graph) -> list[int]:
     return out
 
 
-def lower_bound(graph: Graph) -> int:
+#: Work budget of :func:`lower_bound`'s precedence pass: (buffer, node) pairs visited. Buffers are
+#: visited largest first and a partial sum is still a bound, so a budget only weakens the bound
+#: on very large graphs, the same way on every machine.
+BOUND_WORK = 1_000_000
+
+
+def lower_bound(graph: Graph, max_work: int = BOUND_WORK) -> int:
     """A peak no execution order can beat, in the live-bytes model of :func:`estimate_peak_memory`.
 
-    The largest of: every node's own working set (the buffers it writes and
-    reads are all live during its step), all freeable inputs (live at step 0),
-    and what stays live after the last step (graph outputs; the same for
-    every order).
+    The largest of: all freeable inputs (live at step 0), what stays live
+    after the last step (graph outputs; the same for every order), and for
+    every node ``v`` the bytes that the precedence constraints force to be
+    live during its step in *every* order: the buffers it writes and reads
+    (its working set), plus each other buffer produced by an ancestor of
+    ``v`` (or a freeable input) that a descendant of ``v`` still reads or
+    that is a graph output. Such a buffer was allocated before ``v`` runs and
+    is freed after it, whatever the order. The same bound holds for
+    :func:`estimate_peak_memory_allocfree` (its peaks are the same).
     """
+    best = _order_free_bound(graph)
+    forced = _forced_live_bytes(graph, max_work)
+    return max(best, max((w + f for w, f in zip(_working_sets(graph), forced)), default=0))
+
+
+def _forced_live_bytes(graph: Graph, max_work: int) -> list[int]:
+    """Per node ``v``: bytes of buffers other than ``v``'s own outputs and reads that are live at
+    ``v``'s step in every order (see :func:`lower_bound`), within ``max_work`` (buffer, node) visits."""
     resident = resident_bytes(graph)
-    inputs = sum(graph.size_alloc[b] for b in range(graph.num_buffers) if graph.is_input[b])
-    after_last = sum(graph.size_alloc) - sum(
-        graph.size_free[b] for b in range(graph.num_buffers) if not graph.is_output[b]
-    )
-    best = max(inputs, after_last, 0)
+    forced = [0] * graph.num_nodes
+    everyone = (1 << graph.num_nodes) - 1
+    anc, desc = graph.ancestors, graph.descendants
+    work = 0
+    for b in sorted(range(graph.num_buffers), key=lambda b: (-resident[b], b)):
+        if not resident[b] or work >= max_work:
+            break
+        p = graph.producer[b]
+        after_start = everyone if p is None else desc[p]
+        if graph.is_output[b]:
+            before_end = everyone
+        else:
+            before_end = 0
+            for r in graph.readers[b]:
+                before_end |= anc[r]
+        live = after_start & before_end
+        for r in graph.readers[b]:
+            live &= ~(1 << r)
+        while live and work < max_work:
+            low = live & -live
+            forced[low.bit_length() - 1] += resident[b]
+            live ^= low
+            work += 1
+    return forced
+
+
+def _working_sets(graph: Graph) -> list[int]:
+    """Bytes live during each node's step because it writes or reads them."""
+    resident = resident_bytes(graph)
+    sets = []
     for v in range(graph.num_nodes):
         outs = graph.outputs[v]
         # A child written together with its parent is already inside the parent's allocation.
@@ -182,5 +226,14 @@ def lower_bound(graph: Graph) -> int:
             for b in outs
         )
         working += sum(resident[b] for b in graph.reads[v] if b not in outs)
-        best = max(best, working)
-    return best
+        sets.append(working)
+    return sets
+
+
+def _order_free_bound(graph: Graph) -> int:
+    """All freeable inputs, and what stays live after the last step: bounds that need no order."""
+    inputs = sum(graph.size_alloc[b] for b in range(graph.num_buffers) if graph.is_input[b])
+    after_last = sum(graph.size_alloc) - sum(
+        graph.size_free[b] for b in range(graph.num_buffers) if not graph.is_output[b]
+    )
+    return max(inputs, after_last, 0)

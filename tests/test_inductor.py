@@ -237,3 +237,16 @@ def test_a_mutated_freeable_input_follows_inductors_figures():
         assert mine == inductors, method
     expected, got = buf.clone(), buf.clone()
     torch.testing.assert_close(compiled([x, got]), list(program(x, expected)), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.slow
+def test_the_hook_runs_the_optimal_method_when_asked():
+    pytest.importorskip("ortools")
+    model, x = tiny("inception")
+    with torch.no_grad(), hook.use(methods=["lpmf", "refine", "optimal:effort=5"]):
+        out = torch.compile(model)(x)
+    torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-5)
+    [report] = hook.reports
+    assert "fallback" not in report and "optimal" in report["methods"]
+    assert report["lower_bound"] <= report["peak"] == min(report["methods"].values())
+    assert report["optimal"] == (report["lower_bound"] == report["peak"])

@@ -27,10 +27,16 @@ def test_demo_reorders_plans_and_draws(tmp_path, capsys):
     folder.mkdir()
     for name in ("mlp_train_1", "gpt_train_1"):
         shutil.copy(GRAPHS / f"{name}.json", folder)
+    optima = json.loads((GRAPHS / "optima.json").read_text())
+    (folder / "optima.json").write_text(json.dumps({"gpt_train_1": optima["gpt_train_1"]}))
     assert main(["demo", str(folder), "--out", str(tmp_path / "out"), "--seconds", "0.2"]) == 0
     text = capsys.readouterr().out
     assert "ours <= Inductor's best on every graph: True; lower on 1 of 2." in text
+    rows = {line.split()[0]: line for line in text.splitlines() if line.startswith(("mlp_train_1", "gpt_train_1"))}
+    assert "40.02 MiB (proven)" in rows["gpt_train_1"] and "(proven)" not in rows["mlp_train_1"]
     records = json.loads((tmp_path / "out" / "demo.json").read_text())
     assert {r["graph"] for r in records} == {"mlp_train_1", "gpt_train_1"}
+    assert {r["graph"]: r["optimum"] and r["optimum"]["peak"] for r in records} == {
+        "gpt_train_1": 41963520, "mlp_train_1": None}
     assert all(r["slab_bytes"] >= r["slab_lower_bound"] for r in records)
     assert is_png(tmp_path / "out" / "gpt_train_1.png")

@@ -2,12 +2,13 @@
 
 from .instances import load_instance
 from .exact import ExactPacking, pack_exact
-from .intervals import Storage, align, storage_intervals
+from .intervals import Storage, StorageUse, align, storage_intervals, storage_uses
 from .offsets import STRATEGIES, live_bytes_bound
 from .planner import STRATEGY_NAMES, exact_packing, pack, plan_memory, plan_orders
 from .slab import SlabPlan
 
 __all__ = [
-    "ExactPacking", "STRATEGIES", "STRATEGY_NAMES", "SlabPlan", "Storage", "align", "exact_packing",
+    "ExactPacking", "STRATEGIES", "STRATEGY_NAMES", "SlabPlan", "Storage", "StorageUse", "align", "exact_packing",
     "live_bytes_bound", "load_instance", "pack", "pack_exact", "plan_memory", "plan_orders", "storage_intervals",
+    "storage_uses",
 ]

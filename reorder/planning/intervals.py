@@ -32,7 +32,7 @@ from typing import Sequence
 from ..errors import PlanError
 from ..graph import Graph
 
-__all__ = ["Storage", "storage_intervals", "align"]
+__all__ = ["Storage", "StorageUse", "storage_intervals", "storage_uses", "align"]
 
 
 def align(size: int, alignment: int) -> int:
@@ -52,33 +52,53 @@ class Storage:
     members: tuple[int, ...]
 
 
-def storage_intervals(
-    graph: Graph, order: Sequence[int], alignment: int = 64, include_inputs: bool = True
-) -> list[Storage]:
-    """The storages of ``graph`` under ``order`` (node ids), in buffer order."""
+@dataclass(frozen=True)
+class StorageUse:
+    """A storage before any order is chosen: under an order it lives from the step of
+    ``writer`` (step 0 if None) to one past the latest step of ``users`` (to the end of the
+    program if ``to_end``). ``owner``, ``size`` (aligned) and ``members`` as in :class:`Storage`."""
+
+    owner: int
+    writer: int | None
+    users: tuple[int, ...]
+    to_end: bool
+    size: int
+    members: tuple[int, ...]
+
+
+def storage_uses(graph: Graph, alignment: int = 64, include_inputs: bool = True) -> list[StorageUse]:
+    """The storages of ``graph`` as functions of the order (see the module docstring), in buffer order."""
     if alignment < 1:
         raise PlanError(f"alignment must be a positive number of bytes, got {alignment}")
-    graph.check_order(order)
-    n = graph.num_nodes
-    step = [0] * n
-    for s, v in enumerate(order):
-        step[v] = s
     members = graph.members
-    storages = []
+    uses = []
     for b in range(graph.num_buffers):
         if graph.alias_of[b] is not None or graph.children[b] or graph.size[b] == 0:
             continue
         if graph.is_input[b]:
             if not graph.freeable[b] or not include_inputs:
                 continue
-            start = 0
+            writer = None
         else:
             writer = graph.producer[graph.parent[b]] if graph.parent[b] is not None else graph.producer[b]
-            start = step[writer]
-        if any(graph.is_output[m] for m in members[b]):
-            end = n
-        else:
-            own_step = 0 if graph.is_input[b] else step[graph.producer[b]]
-            end = max([own_step] + [step[r] for r in graph.readers[b]]) + 1
-        storages.append(Storage(b, start, end, align(graph.size[b], alignment), members[b]))
-    return storages
+        users = graph.readers[b] if graph.is_input[b] else (graph.producer[b], *graph.readers[b])
+        to_end = any(graph.is_output[m] for m in members[b])
+        uses.append(StorageUse(b, writer, tuple(users), to_end, align(graph.size[b], alignment), members[b]))
+    return uses
+
+
+def storage_intervals(
+    graph: Graph, order: Sequence[int], alignment: int = 64, include_inputs: bool = True
+) -> list[Storage]:
+    """The storages of ``graph`` under ``order`` (node ids), in buffer order."""
+    uses = storage_uses(graph, alignment, include_inputs)
+    graph.check_order(order)
+    n = graph.num_nodes
+    step = [0] * n
+    for s, v in enumerate(order):
+        step[v] = s
+    return [
+        Storage(u.owner, 0 if u.writer is None else step[u.writer],
+                n if u.to_end else max([0] + [step[r] for r in u.users]) + 1, u.size, u.members)
+        for u in uses
+    ]

@@ -22,12 +22,15 @@ class MethodOutcome:
     """An order and what the method can say about it.
 
     ``optimal`` is True only when the method proved no order has a lower
-    peak; ``note`` says why a search stopped early, if it did.
+    peak; ``bound``, when not None, is a peak the method proved no order can
+    beat (the solver's bound); ``note`` says why a search stopped early, if
+    it did.
     """
 
     order: list[int]
     optimal: bool = False
     note: str = ""
+    bound: int | None = None
 
 
 class Method(Protocol):

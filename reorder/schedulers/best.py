@@ -20,7 +20,7 @@ from ..graph import Graph
 from ..timeline import estimate_peak_memory, lower_bound
 from .base import METHODS, MethodOutcome
 
-__all__ = ["DEFAULT_METHODS", "ReorderResult", "reorder_for_peak_memory", "make_method"]
+__all__ = ["DEFAULT_METHODS", "ReorderResult", "reorder_for_peak_memory", "make_method", "split_methods"]
 
 log = logging.getLogger("reorder")
 
@@ -37,6 +37,10 @@ class ReorderResult:
     ``"baseline"``, and so does ``orders`` (each method's order, for
     planners that pick among them). ``optimal`` is True when some method
     proved the chosen peak cannot be beaten (or it meets ``lower_bound``).
+    ``lower_bound`` is the highest proven bound on the minimum peak: the
+    graph's :func:`~reorder.timeline.lower_bound`, a solver's bound, or the
+    chosen peak itself once it is proven optimal; so :attr:`gap` is
+    certified.
     """
 
     order: list[int]
@@ -55,6 +59,35 @@ class ReorderResult:
         return (self.peak - self.lower_bound) / self.lower_bound if self.lower_bound else 0.0
 
 
+def _option_value(text: str):
+    """An option's value: an int, a float, or else the text itself (for text options: a model name)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _takes_text(cls: type, key: str) -> bool:
+    """Whether option ``key`` of method ``cls`` is text (its default is a string)."""
+    return isinstance(getattr(cls, key, None), str)
+
+
+def split_methods(text: str) -> list[str]:
+    """Method specs from a comma-separated list; an item that is only ``key=value`` is one more option
+    of the method before it, so ``optimal:effort=5,workers=2`` reads like ``optimal:effort=5:workers=2``."""
+    specs: list[str] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        if specs and ":" not in item and "=" in item:
+            specs[-1] += ":" + item
+        else:
+            specs.append(item)
+    return specs
+
+
 def make_method(spec):
     """A method instance from a name (``"lpmf"``), a ``name:key=value:key=value`` string, or an instance."""
     if not isinstance(spec, str):
@@ -64,11 +97,10 @@ def make_method(spec):
         raise ReorderError(f"unknown method {name!r}; known: {', '.join(sorted(METHODS))}")
     kwargs = {}
     for item in filter(None, options):
-        key, _, value = item.partition("=")
-        try:
-            kwargs[key] = float(value) if "." in value else int(value)
-        except ValueError:
-            raise ReorderError(f"method {name!r}: option {item!r} is not key=number") from None
+        key, equals, value = item.partition("=")
+        kwargs[key] = _option_value(value)
+        if not key or not equals or isinstance(kwargs[key], str) and not _takes_text(METHODS[name], key):
+            raise ReorderError(f"method {name!r}: option {item!r} is not key=number")
     try:
         return METHODS[name](**kwargs)
     except TypeError as exc:
@@ -125,6 +157,8 @@ def reorder_for_peak_memory(
         log.info("%s peak memory: %d%s", method.name, peak, f" ({outcome.note})" if outcome.note else "")
         if peak < best_peak:
             best_order, best_peak, best_method = outcome.order, peak, method.name
+        if outcome.bound is not None:
+            bound = max(bound, outcome.bound)
         optimal = optimal or outcome.optimal and peak <= best_peak or best_peak <= bound
     for name, order in (candidates or {}).items():
         t0 = time.perf_counter()
@@ -135,4 +169,6 @@ def reorder_for_peak_memory(
         if peak < best_peak:
             best_order, best_peak, best_method = list(order), peak, name
             optimal = best_peak <= bound
+    if optimal:
+        bound = best_peak
     return ReorderResult(list(best_order), best_peak, best_method, peaks, seconds, bound, optimal, notes, orders)
