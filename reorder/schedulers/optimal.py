@@ -7,8 +7,8 @@ topological order, exactly the peak of :mod:`reorder.timeline` (Inductor
 * one integer ``step[v]`` per node, all different, ``step[p] < step[v]`` for
   every ordering constraint, each domain cut to ``[#ancestors, n-1-#descendants]``;
 * one integer per freed buffer's end: the largest step of its readers
-  (readers that run before another reader are dropped, and buffers with the
-  same last readers share it), its producer's step if nobody reads it;
+  (readers that run before another reader are dropped), its producer's
+  step if nobody reads it;
 * the bytes of each buffer as *segments*: ``demand`` bytes live from the step
   its producer runs (0 for graph inputs) through its end (to the horizon
   for graph outputs), each an interval of a cumulative constraint whose
@@ -29,8 +29,8 @@ what was freed after earlier steps, which is the net model's ``live[t]``, and
 the net model's extra entry (after the last step) allocates nothing. ``model``
 picks which one the horizon and the final check follow (``"net"``: steps
 ``0..n``; ``"allocfree"``: ``0..n-1``), and the returned peak is re-estimated
-with it; a mismatch with the solver's objective raises, so a wrong model can
-never be reported as a proof.
+with it; a peak above the solver's objective (or below it, once proven
+minimal) raises, so a wrong model can never be reported as a proof.
 
 The solver starts from the best order found before it (a complete solution
 hint), so it never returns anything worse. Its effort is CP-SAT's
@@ -79,8 +79,9 @@ def segments(graph: Graph) -> tuple[list[Segment], int]:
     covering ``t`` minus the returned constant.
     Buffers that start together (one node's outputs; each graph input on its
     own) pool their allocations: each freed buffer first pays its free from
-    its own allocation, then from the pool (a multi-output parent pays its
-    children); what is left of the pool is never freed.
+    its own allocation, then from the pool (a multi-output parent pays the
+    children its own node writes); what is left of the pool is never freed,
+    and what no pool pays for is the returned constant.
     """
     groups = [[b] for b in range(graph.num_buffers) if graph.is_input[b]]
     starts: list[int | None] = [None] * len(groups)
@@ -115,8 +116,8 @@ def segments(graph: Graph) -> tuple[list[Segment], int]:
 
 class OrderVariables:
     """CP-SAT variables of an execution order, hinted with one: ``step[v]`` per node (all
-    different, after every predecessor, within ``[#ancestors, n-1-#descendants]``) and the last
-    step of any set of nodes, made once per set."""
+    different, after every predecessor, within ``[#ancestors, n-1-#descendants]``), and the last
+    step of a set of nodes."""
 
     def __init__(self, model, graph: Graph, hint: Sequence[int]):
         n = graph.num_nodes
@@ -133,28 +134,24 @@ class OrderVariables:
             model.add_hint(self.step[v], self.hint[v])
             for p in graph.preds[v]:
                 model.add(self.step[p] < self.step[v])
-        self._last: dict[tuple[int, ...], object] = {}
 
     def start(self, node: int | None):
         """The step of ``node``; 0 for None (graph inputs)."""
         return 0 if node is None else self.step[node]
 
     def last(self, nodes: Sequence[int]):
-        """The latest step of ``nodes`` (not empty). Nodes that must run before another of them are
-        dropped first, so a chain of readers costs no variable at all."""
+        """The latest step of ``nodes`` (not empty): a new variable, or a step when one node is left
+        after dropping those that must run before another of them (a chain of readers)."""
         before_another = 0
         for r in nodes:
             before_another |= self.graph.ancestors[r]
-        key = tuple(sorted(r for r in set(nodes) if not before_another >> r & 1))
-        if key not in self._last:
-            if len(key) == 1:
-                self._last[key] = self.step[key[0]]
-            else:
-                var = self.model.new_int_var(0, self.graph.num_nodes - 1, f"last{len(self._last)}")
-                self.model.add_max_equality(var, [self.step[r] for r in key])
-                self.model.add_hint(var, max(self.hint[r] for r in key))
-                self._last[key] = var
-        return self._last[key]
+        kept = [r for r in dict.fromkeys(nodes) if not before_another >> r & 1]
+        if len(kept) == 1:
+            return self.step[kept[0]]
+        var = self.model.new_int_var(0, self.graph.num_nodes - 1, "last")
+        self.model.add_max_equality(var, [self.step[r] for r in kept])
+        self.model.add_hint(var, max(self.hint[r] for r in kept))
+        return var
 
     def hint_of(self, nodes: Sequence[int]) -> int:
         """The hinted value of :meth:`last`."""
@@ -180,9 +177,9 @@ def cp_model_module():
 class Optimal:
     """Minimum-peak order from CP-SAT, warm-started; proven optimal or with a certified bound.
 
-    ``effort``: CP-SAT deterministic time limit (its own work units, about a
-    second each on a laptop core; the answer depends on it, not on the
-    machine). ``workers``: search workers (1: one deterministic search;
+    ``effort``: CP-SAT deterministic time limit (its own work units, one to
+    a few wall-clock seconds each, measured here; the answer depends on it,
+    not on the machine). ``workers``: search workers (1: one deterministic search;
     more: interleaved, still deterministic). ``model``: ``"net"`` or
     ``"allocfree"``, the estimator the peak is stated in (the peaks agree).
     """
@@ -206,7 +203,9 @@ class Optimal:
         if start_peak <= bound:
             return MethodOutcome(start, optimal=True, bound=start_peak, note="starting order meets the lower bound")
         cp_model = cp_model_module()
-        model, steps, peak = self._build(cp_model, graph, start, start_peak, bound)
+        # The peak's domain starts at the working-set bound: starting it at the precedence bound
+        # derailed CP-SAT's search on inception_train_1 (no proof at effort 40, against a proof).
+        model, steps, peak = self._build(cp_model, graph, start, start_peak, lower_bound(graph, max_work=0))
         solver = cp_model.CpSolver()
         solver.parameters.max_deterministic_time = float(self.effort)
         solver.parameters.num_workers = int(self.workers)
@@ -219,24 +218,26 @@ class Optimal:
                                  note=f"solver found nothing better ({solver.status_name(status)})")
         order = steps.order(solver)
         found = estimate(graph, order).peak
-        if found != solver.value(peak):
+        # The solver's peak covers the true one (equal once it is proven minimal): else the model is wrong.
+        if found > solver.value(peak) or status == cp_model.OPTIMAL and found != solver.value(peak):
             raise ReorderError(
                 f"method 'optimal' on {graph.name!r}: the solver's peak {solver.value(peak)} "
-                f"differs from the estimator's {found}"
+                f"disagrees with the estimator's {found}"
             )
         if status == cp_model.OPTIMAL:
             return MethodOutcome(order, optimal=True, bound=found, note="proven optimal")
         return MethodOutcome(order, bound=min(proven, found),
                              note=f"bound {min(proven, found)} after deterministic time {self.effort:g}")
 
-    def _build(self, cp_model, graph: Graph, start: list[int], start_peak: int, bound: int):
-        """The CP-SAT model (see the module docstring), hinted with ``start``."""
+    def _build(self, cp_model, graph: Graph, start: list[int], start_peak: int, floor: int):
+        """The CP-SAT model (see the module docstring), hinted with ``start``; ``floor``: a lower bound."""
         n = graph.num_nodes
         horizon = n + 1 if self.model == "net" else n
         model = cp_model.CpModel()
         steps = OrderVariables(model, graph, start)
         segs, unpaid = segments(graph)
         intervals, demands = [], []
+        ends: dict[int, object] = {}  # one end per buffer, shared by its segments
         for k, seg in enumerate(segs):
             first = steps.start(seg.start_node)
             first_at = 0 if seg.start_node is None else steps.hint[seg.start_node]
@@ -245,7 +246,9 @@ class Optimal:
             else:
                 b = seg.end_buffer
                 users = graph.readers[b] or ((graph.producer[b],) if graph.producer[b] is not None else ())
-                stop = steps.last(users) + 1 if users else 1
+                if users and b not in ends:
+                    ends[b] = steps.last(users)
+                stop = ends[b] + 1 if users else 1
                 stop_at = steps.hint_of(users) + 1 if users else 1
             if isinstance(first, int) and isinstance(stop, int):
                 intervals.append(model.new_fixed_size_interval_var(first, stop - first, f"seg{k}"))
@@ -254,7 +257,7 @@ class Optimal:
                 intervals.append(model.new_interval_var(first, length, stop, f"seg{k}"))
                 model.add_hint(length, stop_at - first_at)
             demands.append(seg.demand)
-        peak = model.new_int_var(bound, start_peak, "peak")
+        peak = model.new_int_var(floor, start_peak, "peak")
         model.add_hint(peak, start_peak)
         model.add_cumulative(intervals, demands, peak + unpaid)
         model.minimize(peak)
