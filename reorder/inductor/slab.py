@@ -21,7 +21,9 @@ emitted, which is ours) and replaces only the placement:
    kernel runs in between). A group with no free line lives to the end.
 3. **Pools over time.** Groups whose lifetimes chain together form one pool,
    created at its first allocation and deleted at its last free, so no pool
-   holds memory while nothing in it is live. Offsets come from our
+   holds memory while nothing in it is live. Two layouts are planned, one
+   chaining lifetimes that merely touch (fewer pools, so fewer allocator
+   calls) and one not; the lower replayed peak wins, then fewer allocations. Offsets come from our
    deterministic search (:func:`reorder.planning.search.search` with a
    restart budget), and each pool's plan is proved by
    :meth:`~reorder.planning.SlabPlan.validate` before a line is emitted.
@@ -68,8 +70,10 @@ PACK_RESTARTS = 32
 PACK_SECONDS_CAP = 30.0
 
 #: One dict per graph the slab code generation saw: ``graph``, and either ``pools`` (bytes per
-#: pool), ``pooled``/``individual`` (buffer groups), ``pool_bytes``, ``bound``, ``estimated_peak``
-#: and ``stock_estimated_peak``, or ``fallback`` (the reason).
+#: pool), ``pooled``/``individual`` (buffer groups), ``pool_bytes`` (their sum), ``bound`` (the
+#: largest live bytes of the pooled groups: pools never coexist, so no layout of them is smaller
+#: than this), ``worst_ratio`` (the largest pool's slab over its own live-bytes bound),
+#: ``estimated_peak`` and ``stock_estimated_peak`` (the replayed peaks), or ``fallback`` (the reason).
 plans: list[dict] = []
 
 
@@ -212,8 +216,12 @@ def _planner_class():
                 starts.append(begin)
                 ends.append(end if end > begin else self.last_timestep)
                 sizes.append(align(group.allocation.size_hint, ALIGNMENT))
-            pools = plan_pools(starts, ends, sizes, [str(g.node.get_device()) for g in groups],
-                               self.individual_timesteps, self.last_timestep, [g.names[0] for g in groups])
+            devices = [str(g.node.get_device()) for g in groups]
+            names = [g.names[0] for g in groups]
+            nbytes = [g.allocation.size_hint for g in groups]
+            layouts = [plan_pools(starts, ends, sizes, devices, self.individual_timesteps, self.last_timestep, names,
+                                  nbytes, touching) for touching in (True, False)]
+            pools = min(layouts, key=lambda p: (p.estimated_peak, len(p.pools) + len(p.individual)))
             for k, pool_plan in enumerate(pools.pools):
                 members = pool_plan.members
                 device = groups[members[0]].node.get_device()
@@ -230,7 +238,7 @@ def _planner_class():
             for i in pools.individual:
                 allocation = groups[i].allocation
                 allocation.mark_allocated()
-                pool = SlabPool(allocation.device, mp.TemporalSplit([]), can_expand=False, nbytes=sizes[i],
+                pool = SlabPool(allocation.device, mp.TemporalSplit([]), can_expand=False, nbytes=allocation.size_hint,
                                 poison=self.poison)
                 pool.name = f"{groups[i].names[0]}_storage"
                 pool.names_to_del.append(pool.name)
@@ -280,12 +288,17 @@ class PoolLayout:
         return sum(p.plan.slab_bytes for p in self.pools)
 
 
-def chained_components(members: Sequence[int], starts: Sequence[int], ends: Sequence[int]) -> list[list[int]]:
-    """``members`` split where no lifetime crosses: each part's lifetimes chain together (half-open)."""
+def chained_components(members: Sequence[int], starts: Sequence[int], ends: Sequence[int],
+                       touching: bool = False) -> list[list[int]]:
+    """``members`` split where no lifetime crosses: each part's lifetimes chain together (half-open).
+
+    ``touching=True`` also chains a lifetime that begins where another ends
+    (one pool, one allocation, for a buffer freed and the next allocated).
+    """
     parts: list[list[int]] = []
     reach = None
     for i in sorted(members, key=lambda i: (starts[i], i)):
-        if reach is None or starts[i] >= reach:
+        if reach is None or starts[i] > reach or (starts[i] == reach and not touching):
             parts.append([])
             reach = ends[i]
         parts[-1].append(i)
@@ -321,19 +334,22 @@ def _replayed_peak(horizon: int, individual: Sequence[tuple[int, int, int]], poo
 
 
 def plan_pools(starts: Sequence[int], ends: Sequence[int], sizes: Sequence[int], devices: Sequence[str],
-               outside: Sequence[tuple[int, int, int]], horizon: int, names: Sequence[str] | None = None
-               ) -> PoolLayout:
+               outside: Sequence[tuple[int, int, int]], horizon: int, names: Sequence[str] | None = None,
+               nbytes: Sequence[int] | None = None, touching: bool = False) -> PoolLayout:
     """Pools over time for groups with half-open lifetimes and aligned sizes, never peaking above stock.
 
     ``outside``: ``(begin, end, bytes)`` of the allocations that stay
-    individual whatever we do (graph outputs). The replayed stock peak is
-    every group allocated one by one; groups leave the pools (largest first,
-    from the largest pool live at the worst timestep) until the pooled
-    layout's replayed peak is no higher.
+    individual whatever we do (graph outputs). ``nbytes``: what each group
+    asks the allocator for on its own (default: its aligned size). The
+    replayed stock peak is every group allocated one by one; groups leave
+    the pools (largest first, from the largest pool live at the worst
+    timestep) until the pooled layout's replayed peak is no higher.
+    ``touching`` goes to :func:`chained_components`.
     """
     n = len(sizes)
     names = names if names is not None else [str(i) for i in range(n)]
-    singles = [(starts[i], ends[i], sizes[i]) for i in range(n)]
+    nbytes = nbytes if nbytes is not None else sizes
+    singles = [(starts[i], ends[i], nbytes[i]) for i in range(n)]
     stock, _ = _replayed_peak(horizon, outside, singles)
     pooled = [i for i in range(n) if sizes[i] > 0]
     individual = [i for i in range(n) if sizes[i] <= 0]
@@ -341,7 +357,7 @@ def plan_pools(starts: Sequence[int], ends: Sequence[int], sizes: Sequence[int],
         pools = []
         for device in sorted({devices[i] for i in pooled}):
             on_device = [i for i in pooled if devices[i] == device]
-            for part in chained_components(on_device, starts, ends):
+            for part in chained_components(on_device, starts, ends, touching):
                 pools.append(PoolPlan(part, pack_pool(part, starts, ends, sizes, names)))
         spans = [(min(starts[i] for i in p.members), max(ends[i] for i in p.members), p.plan.slab_bytes)
                  for p in pools]
@@ -388,7 +404,8 @@ def _patched_ir_passes(previous, options: SlabOptions):
             "pooled": sum(len(p.members) for p in layout.pools),
             "individual": len(layout.individual),
             "pool_bytes": layout.pool_bytes,
-            "bound": sum(p.plan.tensor_bound for p in layout.pools),
+            "bound": max((p.plan.tensor_bound for p in layout.pools), default=0),
+            "worst_ratio": max((p.plan.ratio for p in layout.pools), default=1.0),
             "estimated_peak": layout.estimated_peak,
             "stock_estimated_peak": layout.stock_estimated_peak,
         })
