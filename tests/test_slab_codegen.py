@@ -81,6 +81,21 @@ def test_the_slab_option_is_in_the_uuid_and_uninstall_restores_the_wrapper_pass(
     assert config._post_fusion_custom_pass is before
 
 
+def test_the_cpp_wrapper_keeps_inductors_allocation_with_a_warning(caplog):
+    from types import SimpleNamespace
+
+    from torch._inductor.virtualized import V
+
+    calls = []
+    patched = slab._patched_ir_passes(lambda wrapper, is_inference: calls.append(is_inference), slab.SlabOptions())
+    slab.plans.clear()
+    with caplog.at_level(logging.WARNING, logger="reorder"), V.set_graph_handler(SimpleNamespace(cpp_wrapper=True)):
+        patched(SimpleNamespace(lines=[]), False)
+    assert calls == [False]  # Inductor's own passes ran, as the user's compile would have
+    assert "C++ wrapper" in slab.plans[-1]["fallback"]
+    assert any("slab off" in r.getMessage() and "C++ wrapper" in r.getMessage() for r in caplog.records)
+
+
 # --- real compiles -------------------------------------------------------------------------------------------
 
 
