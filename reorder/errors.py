@@ -7,7 +7,7 @@ from deep inside an algorithm.
 
 from __future__ import annotations
 
-__all__ = ["ReorderError", "GraphError", "CycleError", "OrderError", "PlanError"]
+__all__ = ["ReorderError", "GraphError", "CycleError", "OrderError", "PlanError", "SlabCheckError"]
 
 
 class ReorderError(Exception):
@@ -36,3 +36,7 @@ class OrderError(ReorderError, ValueError):
 
 class PlanError(ReorderError):
     """A memory plan is invalid: overlapping live buffers, misaligned offsets."""
+
+
+class SlabCheckError(PlanError):
+    """Compiled code with ``poison=True`` found a pooled buffer claiming bytes another live buffer holds."""

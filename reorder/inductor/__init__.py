@@ -5,6 +5,8 @@
 * :mod:`~reorder.inductor.install`: :func:`use`, :func:`install`, :func:`uninstall`.
 * :mod:`~reorder.inductor.figures`: Inductor's own figures (torch's ``memory.py`` on our graphs or on real nodes).
 * :mod:`~reorder.inductor.capture`: writing compiled graphs and Inductor's figures to files.
+* :mod:`~reorder.inductor.slab`: ``use(slab=True)``, the wrapper's buffers in pools at our offsets;
+  :mod:`~reorder.inductor.slab_check`, its poison mode's run-time checks.
 
 Typical use::
 

@@ -5,7 +5,9 @@ post-fusion pass they set runs first and ours on its result; Inductor's own
 ``reorder_for_peak_memory`` is switched off (ours runs its three methods
 already) unless ``keep_inductor_pass``, and becomes our fallback;
 capturing turns Inductor's caches off, since a cache hit skips every
-scheduler pass and would capture nothing. :func:`uninstall` puts back
+scheduler pass and would capture nothing. ``slab=True`` also patches the
+wrapper's memory passes (:mod:`~reorder.inductor.slab`), so intermediate
+buffers become views of pools at our offsets. :func:`uninstall` puts back
 exactly what the matching :func:`install` found.
 """
 
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from .reorder_pass import ReorderPass
+from .slab import SlabOptions, install_codegen, uninstall_codegen
 
 __all__ = ["install", "uninstall", "use"]
 
@@ -29,20 +32,29 @@ _KEYS = ("_post_fusion_custom_pass", "reorder_for_peak_memory", "force_disable_c
 
 
 def install(methods: Sequence[str] | None = None, keep_inductor_pass: bool = False, compare: bool = False,
-            capture_dir: str | Path | None = None, max_seconds: float = 60.0) -> ReorderPass:
+            capture_dir: str | Path | None = None, max_seconds: float = 60.0, slab: bool = False,
+            poison: bool = False) -> ReorderPass:
     """Make every later ``torch.compile`` use our pass, until :func:`uninstall`.
 
     ``methods``, ``compare``, ``capture_dir`` and ``max_seconds`` configure
     the :class:`~reorder.inductor.reorder_pass.ReorderPass`.
     ``keep_inductor_pass=True`` leaves Inductor's own peak-memory pass as the
     user had it (it then runs after ours, from our order).
+    ``slab=True``: the Python wrapper allocates each graph's intermediate
+    buffers from pools at the offsets we plan (:mod:`~reorder.inductor.slab`);
+    ``poison=True`` adds its runtime checks (:mod:`~reorder.inductor.slab_check`).
+    Both take part in the pass's ``uuid()``, so cached compiles agree.
     """
     from torch._inductor import config
 
     saved = {key: getattr(config, key) for key in _KEYS}
     runs_inductors = bool(saved["reorder_for_peak_memory"])
+    slab_options = SlabOptions(poison=poison) if slab or poison else None
     reorder_pass = ReorderPass(methods, compare, capture_dir, previous=saved["_post_fusion_custom_pass"],
-                               inductor_fallback=runs_inductors and not keep_inductor_pass, max_seconds=max_seconds)
+                               inductor_fallback=runs_inductors and not keep_inductor_pass, max_seconds=max_seconds,
+                               slab=slab_options)
+    if slab_options is not None:
+        saved["run_wrapper_ir_passes"] = install_codegen(slab_options)
     _saved.append(saved)
     config._post_fusion_custom_pass = reorder_pass
     if not keep_inductor_pass:
@@ -60,15 +72,20 @@ def uninstall() -> None:
 
     if not _saved:
         return
-    for key, value in _saved.pop().items():
+    saved = _saved.pop()
+    if "run_wrapper_ir_passes" in saved:
+        uninstall_codegen(saved.pop("run_wrapper_ir_passes"))
+    for key, value in saved.items():
         setattr(config, key, value)
 
 
 @contextlib.contextmanager
 def use(methods: Sequence[str] | None = None, keep_inductor_pass: bool = False, compare: bool = False,
-        capture_dir: str | Path | None = None, max_seconds: float = 60.0) -> Iterator[ReorderPass]:
-    """Within the block, every ``torch.compile`` uses our pass; the previous configuration comes back on exit."""
-    reorder_pass = install(methods, keep_inductor_pass, compare, capture_dir, max_seconds)
+        capture_dir: str | Path | None = None, max_seconds: float = 60.0, slab: bool = False,
+        poison: bool = False) -> Iterator[ReorderPass]:
+    """Within the block, every ``torch.compile`` uses our pass (and our pools with ``slab=True``, see
+    :func:`install`); the previous configuration comes back on exit."""
+    reorder_pass = install(methods, keep_inductor_pass, compare, capture_dir, max_seconds, slab, poison)
     try:
         yield reorder_pass
     finally:

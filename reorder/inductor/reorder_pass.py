@@ -93,6 +93,8 @@ class ReorderPass(_custom_scheduler_pass_base()):
     inductor_fallback: on a failure of ours, run Inductor's ``reorder_for_peak_memory``
         (set when Inductor's own pass was switched off for ours).
     max_seconds: wall-clock safety cap for our methods (reported when hit).
+    slab: the :class:`~reorder.inductor.slab.SlabOptions` the wrapper's code generation runs with
+        (None: Inductor's allocation); part of :meth:`uuid` only.
 
     Each report (in :data:`reports`) has ``graph``, ``nodes``, ``peak``,
     ``method``, ``methods`` (every method's peak), ``lower_bound``,
@@ -104,19 +106,20 @@ class ReorderPass(_custom_scheduler_pass_base()):
 
     def __init__(self, methods: Sequence[str] | None = None, compare: bool = False,
                  capture_dir: str | Path | None = None, previous: Callable | None = None,
-                 inductor_fallback: bool = False, max_seconds: float = 60.0):
+                 inductor_fallback: bool = False, max_seconds: float = 60.0, slab=None):
         self.methods = list(methods) if methods is not None else None
         self.compare = compare
         self.capture_dir = Path(capture_dir) if capture_dir is not None else None
         self.previous = previous
         self.inductor_fallback = inductor_fallback
         self.max_seconds = max_seconds
+        self.slab = slab
 
     def uuid(self) -> str:
         """Stable across processes: our sources, the options that change the result, and the previous pass's uuid."""
         previous = self.previous.uuid() if hasattr(self.previous, "uuid") else repr(self.previous)
         return (f"reorder-{source_hash()[:16]}-{self.methods}-compare={self.compare}-cap={self.max_seconds}"
-                f"-fallback={self.inductor_fallback}-after={previous}")
+                f"-fallback={self.inductor_fallback}-slab={self.slab}-after={previous}")
 
     def __call__(self, nodes: list) -> list:
         if self.previous is not None:
