@@ -5,8 +5,10 @@ post-fusion pass they set runs first and ours on its result; Inductor's own
 ``reorder_for_peak_memory`` is switched off (ours runs its three methods
 already) unless ``keep_inductor_pass``, and becomes our fallback;
 capturing turns Inductor's caches off, since a cache hit skips every
-scheduler pass and would capture nothing. :func:`uninstall` puts back
-exactly what the matching :func:`install` found.
+scheduler pass and would capture nothing. ``fusion_guard=True`` also
+sets ``config.inductor_choices_class`` to a
+:class:`~reorder.inductor.fusion_guard.FusionGuard`. :func:`uninstall` puts
+back exactly what the matching :func:`install` found.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import logging
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from .fusion_guard import FusionGuard, choices_factory, forget_cached_choices
 from .reorder_pass import ReorderPass
 
 __all__ = ["install", "uninstall", "use"]
@@ -25,21 +28,30 @@ log = logging.getLogger("reorder")
 #: One entry per install() not yet undone: the configuration it replaced.
 _saved: list[dict] = []
 
-_KEYS = ("_post_fusion_custom_pass", "reorder_for_peak_memory", "force_disable_caches")
+_KEYS = ("_post_fusion_custom_pass", "reorder_for_peak_memory", "force_disable_caches", "inductor_choices_class")
 
 
 def install(methods: Sequence[str] | None = None, keep_inductor_pass: bool = False, compare: bool = False,
-            capture_dir: str | Path | None = None, max_seconds: float = 60.0) -> ReorderPass:
+            capture_dir: str | Path | None = None, max_seconds: float = 60.0, fusion_guard: bool = False,
+            fusion_slack_bytes: int = 0, fusion_slack_fraction: float = 0.0) -> ReorderPass:
     """Make every later ``torch.compile`` use our pass, until :func:`uninstall`.
 
     ``methods``, ``compare``, ``capture_dir`` and ``max_seconds`` configure
     the :class:`~reorder.inductor.reorder_pass.ReorderPass`.
     ``keep_inductor_pass=True`` leaves Inductor's own peak-memory pass as the
     user had it (it then runs after ours, from our order).
+    ``fusion_guard=True`` blocks fusions that raise the estimated peak by
+    more than ``fusion_slack_bytes`` and ``fusion_slack_fraction`` of it
+    (:class:`~reorder.inductor.fusion_guard.FusionGuard`); it refuses to
+    replace a choices class the user already set (``ValueError``).
     """
     from torch._inductor import config
 
     saved = {key: getattr(config, key) for key in _KEYS}
+    if fusion_guard and saved["inductor_choices_class"] is not None:
+        raise ValueError(f"fusion_guard: config.inductor_choices_class is already set "
+                         f"({saved['inductor_choices_class']!r}); the guard would replace it")
+    guard = FusionGuard(fusion_slack_bytes, fusion_slack_fraction) if fusion_guard else None
     runs_inductors = bool(saved["reorder_for_peak_memory"])
     reorder_pass = ReorderPass(methods, compare, capture_dir, previous=saved["_post_fusion_custom_pass"],
                                inductor_fallback=runs_inductors and not keep_inductor_pass, max_seconds=max_seconds)
@@ -51,6 +63,9 @@ def install(methods: Sequence[str] | None = None, keep_inductor_pass: bool = Fal
         if not saved["force_disable_caches"]:
             log.info("reorder: Inductor's caches are off while capturing (a cache hit would skip the pass)")
         config.force_disable_caches = True
+    if guard is not None:
+        config.inductor_choices_class = choices_factory(guard)
+        forget_cached_choices()
     return reorder_pass
 
 
@@ -62,13 +77,16 @@ def uninstall() -> None:
         return
     for key, value in _saved.pop().items():
         setattr(config, key, value)
+    forget_cached_choices()
 
 
 @contextlib.contextmanager
 def use(methods: Sequence[str] | None = None, keep_inductor_pass: bool = False, compare: bool = False,
-        capture_dir: str | Path | None = None, max_seconds: float = 60.0) -> Iterator[ReorderPass]:
+        capture_dir: str | Path | None = None, max_seconds: float = 60.0, fusion_guard: bool = False,
+        fusion_slack_bytes: int = 0, fusion_slack_fraction: float = 0.0) -> Iterator[ReorderPass]:
     """Within the block, every ``torch.compile`` uses our pass; the previous configuration comes back on exit."""
-    reorder_pass = install(methods, keep_inductor_pass, compare, capture_dir, max_seconds)
+    reorder_pass = install(methods, keep_inductor_pass, compare, capture_dir, max_seconds, fusion_guard,
+                           fusion_slack_bytes, fusion_slack_fraction)
     try:
         yield reorder_pass
     finally:
