@@ -1,0 +1,91 @@
+"""The fusion guard inside Inductor: cache identity, the never-fail promise, and real peaks on two cases (slow)."""
+
+import logging
+
+import pytest
+import torch
+
+from benchmarks.fusion_guard import CASES
+from reorder import inductor as hook
+from reorder.inductor.fusion_guard import FusionGuard
+from reorder.measure import measure
+
+
+def test_uuid_changes_with_the_guards_options_and_enters_inductors_cache_key():
+    import torch._inductor.config as config
+
+    base = FusionGuard().uuid()
+    assert FusionGuard().uuid() == base
+    assert len({base, FusionGuard(slack_bytes=4096).uuid(), FusionGuard(slack_fraction=0.05).uuid(),
+                FusionGuard(max_work=10).uuid()}) == 4
+    assert config.inductor_choices_class is None
+    keys = []
+    for slack in (0, 4096):
+        with hook.use(fusion_guard=True, fusion_slack_bytes=slack):
+            guard = config.inductor_choices_class()
+            assert isinstance(guard, FusionGuard) and guard.slack_bytes == slack
+            keys.append(config.save_config_portable()["inductor_choices_class"])
+    assert keys == [FusionGuard().uuid(), FusionGuard(slack_bytes=4096).uuid()]
+    assert config.inductor_choices_class is None  # restored exactly
+
+
+def test_the_guard_does_not_replace_a_users_choices_class():
+    import torch._inductor.config as config
+
+    def users_choices():
+        return FusionGuard()
+
+    with config.patch(inductor_choices_class=users_choices):
+        with pytest.raises(ValueError, match="already set"):
+            hook.install(fusion_guard=True)
+        assert config.inductor_choices_class is users_choices and config._post_fusion_custom_pass is None
+
+
+def test_a_failing_guard_allows_the_fusion_and_warns_once(caplog):
+    class NotAScheduler:
+        nodes = ["not a node"]
+
+    guard = FusionGuard()
+    scheduler = NotAScheduler()
+    with caplog.at_level(logging.WARNING, logger="reorder"):
+        assert guard.allows(scheduler, object(), object()) is True
+        assert guard.allows(scheduler, object(), object()) is True
+    assert len([r for r in caplog.records if "fusion guard off" in r.getMessage()]) == 1
+    assert "failed" in hook.reports[-1]["fusion_guard"]
+
+
+def compiled_peak(name, guard):
+    import torch._inductor.config as config
+
+    program, inputs, patch = CASES[name]()
+    torch._dynamo.reset()
+    first = len(hook.reports)
+    with config.patch(force_disable_caches=True, **patch):
+        compiled = torch.compile(program)
+        if guard:
+            with hook.use(fusion_guard=True):
+                out = compiled(*inputs)
+        else:
+            out = compiled(*inputs)
+        peak = measure(lambda: compiled(*inputs)).peak
+    guards = [r["fusion_guard"] for r in hook.reports[first:] if "fusion_guard" in r]
+    return out, peak, guards, measure(lambda: program(*inputs)).peak, program(*inputs)
+
+
+@pytest.mark.slow
+def test_the_guard_brings_an_accumulation_down_to_eagers_peak():
+    out, peak, guards, eager_peak, expected = compiled_peak("accumulation", guard=True)
+    assert torch.equal(out, expected)
+    assert eager_peak == 3 << 20
+    assert peak <= eager_peak * 1.05
+    assert guards and guards[0]["blocked"] and all(b["bytes"] > 0 for b in guards[0]["blocked"])
+    _, stock_peak, no_guards, _, _ = compiled_peak("accumulation", guard=False)
+    assert stock_peak >= 4 * eager_peak and not no_guards  # stock fuses the whole chain
+
+
+@pytest.mark.slow
+def test_the_guard_keeps_two_reductions_apart_when_fusing_them_raises_the_peak():
+    out, peak, guards, eager_peak, expected = compiled_peak("two_reductions", guard=True)
+    torch.testing.assert_close(out, expected)
+    assert guards and guards[0]["blocked"]
+    assert peak <= eager_peak * 1.05  # one 16 MiB product at a time, as unfused
