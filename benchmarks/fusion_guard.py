@@ -124,7 +124,8 @@ def run_workload(name: str, rounds: int = 15) -> dict:
         program, patch = model, {}
     else:
         program, inputs, patch = CASES[name]()
-    row: dict = {"workload": name, "train": train}
+    row: dict = {"workload": name, "train": train, "blocked": [], "guard_seconds": 0.0, "guard_work": 0,
+                 "guard_failed": []}
     steps, outputs = {}, {}
     with config.patch(force_disable_caches=True, **patch):
         if not train:
@@ -141,14 +142,15 @@ def run_workload(name: str, rounds: int = 15) -> dict:
             guards = [r["fusion_guard"] for r in reports if "fusion_guard" in r]
             if options is not None:
                 row[f"{variant}_estimated_peak"] = max((r["peak"] for r in passes), default=0)
-            if guards:
-                row["blocked"] = [b for g in guards for b in g["blocked"]]
-                row["guard_seconds"] = sum(g["seconds"] for g in guards)
-                row["guard_work"] = sum(g["work"] for g in guards)
-                row["guard_failed"] = [g["failed"] for g in guards if "failed" in g]
+            for g in guards:
+                row["blocked"] += g["blocked"]
+                row["guard_seconds"] += g["seconds"]
+                row["guard_work"] += g["work"]
+                row["guard_failed"] += [g["failed"]] if "failed" in g else []
         reference = outputs["stock"] if train else outputs["eager"]
-        row["outputs_equal"] = all(torch.allclose(outputs[v], reference, rtol=1e-4, atol=1e-5)
-                                   for v in VARIANTS)
+        # Equal up to float rounding of reordered sums: within 1e-4 of the output's largest magnitude.
+        row["max_difference"] = max(float((outputs[v] - reference).abs().max()) for v in VARIANTS)
+        row["outputs_equal"] = row["max_difference"] <= 1e-4 * float(reference.abs().max())
         times: dict[str, list[float]] = {"without": [], "with": []}
         for _ in range(rounds):
             for variant in times:

@@ -31,12 +31,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from .graph import BufferSpec, Graph, InputSpec, NodeSpec, build_graph
+import heapq
+
+from .graph import BufferSpec, Graph, InputSpec, Kahn, NodeSpec, build_graph
 from .timeline import Timeline, estimate_peak_memory
 
 __all__ = [
-    "FusionCheck", "PeakProfile", "fused_graph", "fusion_groups", "fusion_peak", "removable_buffers", "should_block",
-    "window_order",
+    "FusionCheck", "PeakProfile", "fused_graph", "fusion_groups", "fusion_peak", "ranked_order", "removable_buffers",
+    "should_block", "window_order",
 ]
 
 
@@ -125,6 +127,26 @@ def fusion_groups(graph: Graph, first: int, second: int) -> list[list[int]] | No
     groups += [[lo, hi] if v == lo else [v] for v in window]
     groups += [[v] for v in range(hi + 1, graph.num_nodes)]
     return groups
+
+
+def ranked_order(graph: Graph, rank: Sequence[int]) -> list[int]:
+    """The topological order of ``graph`` that runs the ready node of lowest ``rank`` first (ties: lower id).
+
+    With each fused node ranked by the latest position of its members in a
+    good order of the unfused graph, this keeps that order and puts every
+    fused node where its last member ran. Kahn's algorithm with a heap:
+    O((n + e) log n).
+    """
+    kahn = Kahn(graph)
+    ready = [(rank[v], v) for v in kahn.initial()]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, v = heapq.heappop(ready)
+        order.append(v)
+        for s in kahn.done(v):
+            heapq.heappush(ready, (rank[s], s))
+    return order
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ from hypothesis import strategies as st
 from helpers import build, graph_specs
 
 from reorder import BufferSpec, InputSpec, NodeSpec, build_graph, estimate_peak_memory
-from reorder.fusion import PeakProfile, fused_graph, fusion_groups, fusion_peak, should_block, window_order
+from reorder.fusion import (PeakProfile, fused_graph, fusion_groups, fusion_peak, ranked_order, should_block,
+                            window_order)
 
 MB = 1 << 20
 
@@ -112,3 +113,13 @@ def test_incremental_peak_equals_full_reestimate(spec, pick):
 def test_a_node_cannot_fuse_with_itself():
     with pytest.raises(ValueError, match="itself"):
         fusion_peak(PeakProfile.of(accumulation()), 1, 1)
+
+
+def test_ranked_order_follows_the_ranks_within_the_dependencies():
+    graph = accumulation(3)  # mm0 add0 mm1 add1 mm2 add2
+    mms_first = [0, 5, 1, 5, 2, 5]
+    order = ranked_order(graph, mms_first)
+    graph.check_order(order)
+    assert graph.names_of(order) == ["mm0", "mm1", "mm2", "add0", "add1", "add2"]
+    assert estimate_peak_memory(graph, order).peak == 4 * MB
+    assert ranked_order(graph, range(6)) == list(range(6))

@@ -12,12 +12,18 @@ the hooks Inductor calls after all of its own shared checks
 only fusions Inductor would otherwise make.
 
 Keeping in step with the scheduler: the first question about a scheduler
-converts its (pre-fusion) node list once (:mod:`~reorder.inductor.adapter`).
-The current node list is that graph's nodes grouped as
-``scheduler.name_to_fused_node`` says, in the order Inductor gives them at
-the end of a round (sorted by ``min_order``, then
-``topological_sort_schedule``); it is rebuilt (linear in the graph) when a
-node asked about is new or the last fusion the guard allowed has happened.
+converts its (pre-fusion) node list once (:mod:`~reorder.inductor.adapter`)
+and finds its lowest-peak order with our methods
+(:func:`~reorder.schedulers.reorder_for_peak_memory`, as the reorder pass
+will after fusion). The current node list is that graph's nodes grouped as
+``scheduler.name_to_fused_node`` says, each fused node running where its
+last member runs in that order (:func:`reorder.fusion.ranked_order`); it is
+rebuilt (linear in the graph, plus a heap) when a node asked about is new or
+the last fusion the guard allowed has happened. Judging in Inductor's own
+listing order instead would miss fusions that only hurt once the nodes are
+reordered: in PR #157563's example Inductor lists every ``rand`` before the
+first add, so fusing the adds changes nothing there, yet it keeps the
+reorder pass from interleaving them.
 
 Promises: **never fail the compile** (any error in the guard allows the
 fusion, as stock would, with one WARNING on the ``reorder`` logger per
@@ -35,7 +41,8 @@ import logging
 import time
 import weakref
 
-from ..fusion import PeakProfile, fused_graph, fusion_peak, should_block
+from ..fusion import PeakProfile, fused_graph, fusion_peak, ranked_order, should_block
+from ..schedulers import reorder_for_peak_memory
 from .adapter import graph_from_scheduler
 from .reorder_pass import graph_being_compiled, reports, source_hash
 
@@ -61,6 +68,7 @@ class _SchedulerView:
         reports.append({"graph": self.graph_name, "fusion_guard": self.report})
         self.base = None
         self.base_of_op: dict[str, int] = {}
+        self.rank: list[int] = []
         self.profile: PeakProfile | None = None
         self.position: dict[int, int] = {}
         self.decided: dict[tuple[int, int], bool] = {}
@@ -73,6 +81,9 @@ class _SchedulerView:
         nodes = list(scheduler.nodes)
         self.base, _ = graph_from_scheduler(nodes, self.graph_name, scheduler=scheduler)
         self.base_of_op = {op: i for i, node in enumerate(nodes) for op in node.get_operation_names()}
+        self.rank = [0] * self.base.num_nodes
+        for step, v in enumerate(reorder_for_peak_memory(self.base).order):
+            self.rank[v] = step
         return self.base.num_nodes + self.base.num_edges
 
     def stale(self, node1, node2) -> bool:
@@ -82,13 +93,14 @@ class _SchedulerView:
                 or (last is not None and scheduler.get_fused_node(last) is not last))
 
     def rebuild(self) -> int:
-        """The current fused node list as our graph and its live-bytes profile; returns the work (nodes)."""
+        """The current fused nodes as our graph, in the order that follows ``rank``, and its profile; returns the work."""
         scheduler = self.scheduler()
         fused = dict.fromkeys(scheduler.name_to_fused_node[op] for op in self.base_of_op)
         current = scheduler.topological_sort_schedule(sorted(fused, key=lambda node: node.min_order))
         groups = [sorted({self.base_of_op[op] for op in node.get_operation_names()}) for node in current]
-        self.profile = PeakProfile.of(fused_graph(self.base, groups))
-        self.position = {id(node): i for i, node in enumerate(current)}
+        order = ranked_order(fused_graph(self.base, groups), [max(self.rank[v] for v in g) for g in groups])
+        self.profile = PeakProfile.of(fused_graph(self.base, [groups[i] for i in order]))
+        self.position = {id(current[i]): step for step, i in enumerate(order)}
         self.decided = {}
         self.last_allowed = None
         self.report["rebuilds"] += 1
