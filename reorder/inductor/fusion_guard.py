@@ -70,6 +70,7 @@ class _SchedulerView:
         self.base_of_op: dict[str, int] = {}
         self.rank: list[int] = []
         self.profile: PeakProfile | None = None
+        self.current: list = []  # held so that the ids in ``position`` stay theirs
         self.position: dict[int, int] = {}
         self.decided: dict[tuple[int, int], bool] = {}
         self.last_allowed = None
@@ -100,6 +101,7 @@ class _SchedulerView:
         groups = [sorted({self.base_of_op[op] for op in node.get_operation_names()}) for node in current]
         order = ranked_order(fused_graph(self.base, groups), [max(self.rank[v] for v in g) for g in groups])
         self.profile = PeakProfile.of(fused_graph(self.base, [groups[i] for i in order]))
+        self.current = current
         self.position = {id(current[i]): step for step, i in enumerate(order)}
         self.decided = {}
         self.last_allowed = None
