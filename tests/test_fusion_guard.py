@@ -29,6 +29,20 @@ def test_uuid_changes_with_the_guards_options_and_enters_inductors_cache_key():
     assert config.inductor_choices_class is None  # restored exactly
 
 
+def test_inductor_can_copy_its_configuration_while_a_guard_holds_a_graphs_state():
+    import copy
+    import pickle
+
+    import torch._inductor.config as config
+
+    with hook.use(fusion_guard=True, fusion_slack_fraction=0.1):
+        guard = config.inductor_choices_class()
+        guard._view = (x for x in ())  # stands for a compile's state: neither copyable nor picklable
+        assert "inductor_choices_class" in config.codegen_config()  # deep-copies every value
+        for clone in (copy.deepcopy(guard), pickle.loads(pickle.dumps(guard))):
+            assert clone.uuid() == guard.uuid() and clone._view is None
+
+
 def test_the_guard_does_not_replace_a_users_choices_class():
     import torch._inductor.config as config
 

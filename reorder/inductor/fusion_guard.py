@@ -132,6 +132,11 @@ class FusionGuard(_inductor_choices_base()):
         self._view: _SchedulerView | None = None
         self._warned = False
 
+    def __reduce__(self):
+        """Copies and pickles carry the options only: Inductor deep-copies its configuration (the factory
+        holding this guard) while compiling, and the state of a graph being compiled must not go along."""
+        return (type(self), (self.slack_bytes, self.slack_fraction, self.max_work))
+
     def uuid(self) -> str:
         """Stable across processes: our sources and the options that change which fusions happen."""
         return (f"reorder-fusion-guard-{source_hash()[:16]}-slack={self.slack_bytes},{self.slack_fraction}"
