@@ -53,6 +53,18 @@ def test_the_guard_does_not_replace_a_users_choices_class():
         with pytest.raises(ValueError, match="already set"):
             hook.install(fusion_guard=True)
         assert config.inductor_choices_class is users_choices and config._post_fusion_custom_pass is None
+    from torch._inductor.choices import InductorChoices
+    from torch._inductor.virtualized import V
+
+    class UsersHeuristics(InductorChoices):
+        pass
+
+    with V.set_choices_handler(UsersHeuristics()):
+        with pytest.raises(ValueError, match="already set"):
+            hook.install(fusion_guard=True)
+        with hook.use():  # without the guard, their handler stays
+            assert isinstance(V.choices, UsersHeuristics)
+        assert isinstance(V.choices, UsersHeuristics)
 
 
 def test_a_failing_guard_allows_the_fusion_and_warns_once(caplog):

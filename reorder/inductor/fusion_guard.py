@@ -46,7 +46,7 @@ from ..schedulers import reorder_for_peak_memory
 from .adapter import graph_from_scheduler
 from .reorder_pass import graph_being_compiled, reports, source_hash
 
-__all__ = ["FusionGuard", "choices_factory", "forget_cached_choices"]
+__all__ = ["FusionGuard", "choices_factory", "forget_cached_choices", "users_choices_handler"]
 
 log = logging.getLogger("reorder")
 
@@ -216,14 +216,25 @@ def choices_factory(guard: FusionGuard):
     return functools.partial(_same, guard)
 
 
+def users_choices_handler():
+    """A choices object the user set on this thread with ``V.set_choices_handler`` (not Inductor's default, not ours)."""
+    from torch._inductor import virtualized
+    from torch._inductor.choices import InductorChoices
+
+    handler = getattr(virtualized.threadlocal, virtualized._choices._key, None)
+    if handler is None or type(handler) is InductorChoices or isinstance(handler, FusionGuard):
+        return None
+    return handler
+
+
 def forget_cached_choices() -> None:
     """Drop this thread's cached ``V.choices``, so the next compile builds it from ``config.inductor_choices_class``.
 
     Inductor creates its choices object on first use and keeps it per thread;
     without this, a guard installed after any compile would never be asked.
+    Only Inductor's default object or a guard is dropped, never one the user set.
     """
     from torch._inductor import virtualized
 
-    key = virtualized._choices._key
-    if hasattr(virtualized.threadlocal, key):
-        delattr(virtualized.threadlocal, key)
+    if users_choices_handler() is None and hasattr(virtualized.threadlocal, virtualized._choices._key):
+        delattr(virtualized.threadlocal, virtualized._choices._key)

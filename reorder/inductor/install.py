@@ -18,7 +18,7 @@ import logging
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from .fusion_guard import FusionGuard, choices_factory, forget_cached_choices
+from .fusion_guard import FusionGuard, choices_factory, forget_cached_choices, users_choices_handler
 from .reorder_pass import ReorderPass
 
 __all__ = ["install", "uninstall", "use"]
@@ -48,9 +48,9 @@ def install(methods: Sequence[str] | None = None, keep_inductor_pass: bool = Fal
     from torch._inductor import config
 
     saved = {key: getattr(config, key) for key in _KEYS}
-    if fusion_guard and saved["inductor_choices_class"] is not None:
-        raise ValueError(f"fusion_guard: config.inductor_choices_class is already set "
-                         f"({saved['inductor_choices_class']!r}); the guard would replace it")
+    if fusion_guard and (saved["inductor_choices_class"] is not None or users_choices_handler() is not None):
+        users = saved["inductor_choices_class"] or users_choices_handler()
+        raise ValueError(f"fusion_guard: Inductor's choices are already set ({users!r}); the guard would replace them")
     guard = FusionGuard(fusion_slack_bytes, fusion_slack_fraction) if fusion_guard else None
     runs_inductors = bool(saved["reorder_for_peak_memory"])
     reorder_pass = ReorderPass(methods, compare, capture_dir, previous=saved["_post_fusion_custom_pass"],
