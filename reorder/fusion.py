@@ -28,10 +28,9 @@ the peak outside the window comes from prefix and suffix maxima that
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Sequence
-
-import heapq
 
 from .graph import BufferSpec, Graph, InputSpec, Kahn, NodeSpec, build_graph
 from .timeline import Timeline, estimate_peak_memory

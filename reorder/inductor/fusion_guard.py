@@ -94,7 +94,7 @@ class _SchedulerView:
                 or (last is not None and scheduler.get_fused_node(last) is not last))
 
     def rebuild(self) -> int:
-        """The current fused nodes as our graph, in the order that follows ``rank``, and its profile; returns the work."""
+        """The current fused nodes as our graph, ordered by ``rank``, and its profile; returns the work."""
         scheduler = self.scheduler()
         fused = dict.fromkeys(scheduler.name_to_fused_node[op] for op in self.base_of_op)
         current = scheduler.topological_sort_schedule(sorted(fused, key=lambda node: node.min_order))
@@ -217,7 +217,7 @@ def choices_factory(guard: FusionGuard):
 
 
 def users_choices_handler():
-    """A choices object the user set on this thread with ``V.set_choices_handler`` (not Inductor's default, not ours)."""
+    """The choices object the user set on this thread with ``V.set_choices_handler``, if any (not ours)."""
     from torch._inductor import virtualized
     from torch._inductor.choices import InductorChoices
 
