@@ -117,9 +117,13 @@ def test_a_node_cannot_fuse_with_itself():
 
 def test_ranked_order_follows_the_ranks_within_the_dependencies():
     graph = accumulation(3)  # mm0 add0 mm1 add1 mm2 add2
+    singles = [[v] for v in range(6)]
     mms_first = [0, 5, 1, 5, 2, 5]
-    order = ranked_order(graph, mms_first)
+    order = ranked_order(graph, singles, mms_first)
     graph.check_order(order)
     assert graph.names_of(order) == ["mm0", "mm1", "mm2", "add0", "add1", "add2"]
     assert estimate_peak_memory(graph, order).peak == 4 * MB
-    assert ranked_order(graph, range(6)) == list(range(6))
+    assert ranked_order(graph, singles, range(6)) == list(range(6))
+    # mm0 and mm2 fused run where mm2 ran: after mm1, which had run between them.
+    groups = [[0, 4], [1], [2], [3], [5]]
+    assert ranked_order(graph, groups, range(6)) == [2, 0, 1, 3, 4]

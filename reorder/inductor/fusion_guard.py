@@ -99,7 +99,7 @@ class _SchedulerView:
         fused = dict.fromkeys(scheduler.name_to_fused_node[op] for op in self.base_of_op)
         current = scheduler.topological_sort_schedule(sorted(fused, key=lambda node: node.min_order))
         groups = [sorted({self.base_of_op[op] for op in node.get_operation_names()}) for node in current]
-        order = ranked_order(fused_graph(self.base, groups), [max(self.rank[v] for v in g) for g in groups])
+        order = ranked_order(self.base, groups, self.rank)
         self.profile = PeakProfile.of(fused_graph(self.base, [groups[i] for i in order]))
         self.current = current
         self.position = {id(current[i]): step for step, i in enumerate(order)}
