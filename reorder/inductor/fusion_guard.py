@@ -96,8 +96,7 @@ class _SchedulerView:
     def rebuild(self) -> int:
         """The current fused nodes as our graph, ordered by ``rank``, and its profile; returns the work."""
         scheduler = self.scheduler()
-        fused = dict.fromkeys(scheduler.name_to_fused_node[op] for op in self.base_of_op)
-        current = scheduler.topological_sort_schedule(sorted(fused, key=lambda node: node.min_order))
+        current = list(dict.fromkeys(scheduler.name_to_fused_node[op] for op in self.base_of_op))
         groups = [sorted({self.base_of_op[op] for op in node.get_operation_names()}) for node in current]
         order = ranked_order(self.base, groups, self.rank)
         self.profile = PeakProfile.of(fused_graph(self.base, [groups[i] for i in order]))
@@ -116,13 +115,15 @@ class FusionGuard(_inductor_choices_base()):
     ----------
     slack_bytes, slack_fraction: a fusion is blocked only when the peak rises
         by more than ``slack_bytes`` and by more than ``slack_fraction`` of the
-        current peak.
+        current peak (default 1%: a rise of a few hundred bytes on a peak of
+        megabytes is below what the estimate can promise, and blocking it
+        costs a kernel).
     max_work: the guard's effort per graph, in window steps and rebuilt
         nodes (see :func:`reorder.fusion.fusion_peak`); past it every fusion
         is allowed, as stock.
     """
 
-    def __init__(self, slack_bytes: int = 0, slack_fraction: float = 0.0, max_work: int = 2_000_000):
+    def __init__(self, slack_bytes: int = 0, slack_fraction: float = 0.01, max_work: int = 2_000_000):
         super().__init__()
         if slack_bytes < 0 or slack_fraction < 0 or max_work < 0:
             raise ValueError("fusion guard: slack_bytes, slack_fraction and max_work must be >= 0")

@@ -33,7 +33,7 @@ _KEYS = ("_post_fusion_custom_pass", "reorder_for_peak_memory", "force_disable_c
 
 def install(methods: Sequence[str] | None = None, keep_inductor_pass: bool = False, compare: bool = False,
             capture_dir: str | Path | None = None, max_seconds: float = 60.0, fusion_guard: bool = False,
-            fusion_slack_bytes: int = 0, fusion_slack_fraction: float = 0.0) -> ReorderPass:
+            fusion_slack_bytes: int = 0, fusion_slack_fraction: float = 0.01) -> ReorderPass:
     """Make every later ``torch.compile`` use our pass, until :func:`uninstall`.
 
     ``methods``, ``compare``, ``capture_dir`` and ``max_seconds`` configure
@@ -83,7 +83,7 @@ def uninstall() -> None:
 @contextlib.contextmanager
 def use(methods: Sequence[str] | None = None, keep_inductor_pass: bool = False, compare: bool = False,
         capture_dir: str | Path | None = None, max_seconds: float = 60.0, fusion_guard: bool = False,
-        fusion_slack_bytes: int = 0, fusion_slack_fraction: float = 0.0) -> Iterator[ReorderPass]:
+        fusion_slack_bytes: int = 0, fusion_slack_fraction: float = 0.01) -> Iterator[ReorderPass]:
     """Within the block, every ``torch.compile`` uses our pass; the previous configuration comes back on exit."""
     reorder_pass = install(methods, keep_inductor_pass, compare, capture_dir, max_seconds, fusion_guard,
                            fusion_slack_bytes, fusion_slack_fraction)
