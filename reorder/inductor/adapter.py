@@ -35,13 +35,17 @@ class SchedulerState:
     scheduler: object
 
 
-def scheduler_state(nodes: list) -> SchedulerState:
-    """Inductor's planning info for ``nodes``, assigned on the nodes as its own pass does."""
+def scheduler_state(nodes: list, scheduler=None) -> SchedulerState:
+    """Inductor's planning info for ``nodes``, assigned on the nodes as its own pass does.
+
+    ``scheduler`` defaults to the graph's; pass it while the scheduler is
+    still being built (during fusion ``V.graph.scheduler`` is not yet set).
+    """
     from torch._inductor import memory
     from torch._inductor.virtualized import V
     from torch.utils._ordered_set import OrderedSet
 
-    scheduler = V.graph.scheduler
+    scheduler = scheduler if scheduler is not None else V.graph.scheduler
     graph_inputs = OrderedSet(V.graph.graph_inputs.keys())
     graph_outputs = OrderedSet(V.graph.get_output_names())
     name_to_buf = {buf.get_name(): buf for node in nodes for buf in node.get_outputs()}
@@ -52,12 +56,12 @@ def scheduler_state(nodes: list) -> SchedulerState:
     return SchedulerState(freeable, name_to_buf, graph_inputs, graph_outputs, scheduler.mutation_real_name, scheduler)
 
 
-def graph_from_scheduler(nodes: list, name: str = "graph") -> tuple[Graph, SchedulerState]:
+def graph_from_scheduler(nodes: list, name: str = "graph", scheduler=None) -> tuple[Graph, SchedulerState]:
     """Our :class:`Graph` of Inductor's (fused) scheduler nodes, in their order, and Inductor's state for them."""
     from torch._inductor.dependencies import WeakDep
     from torch._inductor.ir import MultiOutputLayout
 
-    state = scheduler_state(nodes)
+    state = scheduler_state(nodes, scheduler)
     freeable, real_name = state.freeable, state.mutation_real_name
     producer = {b: node.get_name() for node in nodes for b in (o.get_name() for o in node.get_outputs())}
     parents = {b for b, buf in state.name_to_buf.items()

@@ -1,0 +1,241 @@
+"""The fusion guard: an ``InductorChoices`` whose fusion hooks refuse fusions that raise the peak.
+
+Inductor asks ``V.choices`` about every candidate fusion; the object comes
+from ``config.inductor_choices_class`` (a factory, also called for the FX
+cache key, which takes its ``uuid()``). :class:`FusionGuard` answers first
+as stock Inductor does and then, for a fusion Inductor allows, asks
+:func:`reorder.fusion.fusion_peak` for the peak of the current node list
+with the two nodes fused, and blocks the fusion when it rises by more than
+the slack. It sits in ``can_fuse_vertical`` and ``can_fuse_horizontal``,
+the hooks Inductor calls after all of its own shared checks
+(``InductorChoices.can_fuse``, the vertical legality check), so it judges
+only fusions Inductor would otherwise make.
+
+Keeping in step with the scheduler: the first question about a scheduler
+converts its (pre-fusion) node list once (:mod:`~reorder.inductor.adapter`)
+and finds its lowest-peak order with our methods
+(:func:`~reorder.schedulers.reorder_for_peak_memory`, as the reorder pass
+will after fusion). The current node list is that graph's nodes grouped as
+``scheduler.name_to_fused_node`` says, each fused node running where its
+last member runs in that order (:func:`reorder.fusion.ranked_order`); it is
+rebuilt (linear in the graph, plus a heap) when a node asked about is new or
+the last fusion the guard allowed has happened. Judging in Inductor's own
+listing order instead would miss fusions that only hurt once the nodes are
+reordered: in PR #157563's example Inductor lists every ``rand`` before the
+first add, so fusing the adds changes nothing there, yet it keeps the
+reorder pass from interleaving them.
+
+Promises: **never fail the compile** (any error in the guard allows the
+fusion, as stock would, with one WARNING on the ``reorder`` logger per
+guard); **deterministic** (the work is a count: window steps and rebuilt
+nodes; past ``max_work`` per graph the guard allows everything and says so
+in the report). Each graph gets one entry in
+:data:`~reorder.inductor.reorder_pass.reports` with key ``fusion_guard``;
+each blocked fusion is logged at DEBUG.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+import weakref
+
+from ..fusion import PeakProfile, fused_graph, fusion_peak, ranked_order, should_block
+from ..schedulers import reorder_for_peak_memory
+from .adapter import graph_from_scheduler
+from .reorder_pass import graph_being_compiled, reports, source_hash
+
+__all__ = ["FusionGuard", "choices_factory", "forget_cached_choices", "users_choices_handler"]
+
+log = logging.getLogger("reorder")
+
+
+def _inductor_choices_base():
+    from torch._inductor.choices import InductorChoices
+
+    return InductorChoices
+
+
+class _SchedulerView:
+    """The guard's picture of one scheduler: its first node list as our graph, and the current fused list."""
+
+    def __init__(self, scheduler):
+        self.scheduler = weakref.ref(scheduler)
+        self.graph_name = graph_being_compiled()
+        self.report = {"checks": 0, "blocked": [], "work": 0, "budget_exhausted": False, "rebuilds": 0,
+                       "seconds": 0.0}
+        reports.append({"graph": self.graph_name, "fusion_guard": self.report})
+        self.base = None
+        self.base_of_op: dict[str, int] = {}
+        self.rank: list[int] = []
+        self.profile: PeakProfile | None = None
+        self.current: list = []  # held so that the ids in ``position`` stay theirs
+        self.position: dict[int, int] = {}
+        self.decided: dict[tuple[int, int], bool] = {}
+        self.last_allowed = None
+        self.failed = False
+
+    def convert(self) -> int:
+        """Our graph of the scheduler's node list as it is now (before fusion); returns the work (nodes)."""
+        scheduler = self.scheduler()
+        nodes = list(scheduler.nodes)
+        self.base, _ = graph_from_scheduler(nodes, self.graph_name, scheduler=scheduler)
+        self.base_of_op = {op: i for i, node in enumerate(nodes) for op in node.get_operation_names()}
+        self.rank = [0] * self.base.num_nodes
+        for step, v in enumerate(reorder_for_peak_memory(self.base).order):
+            self.rank[v] = step
+        return self.base.num_nodes + self.base.num_edges
+
+    def stale(self, node1, node2) -> bool:
+        scheduler = self.scheduler()
+        last = self.last_allowed
+        return (self.profile is None or id(node1) not in self.position or id(node2) not in self.position
+                or (last is not None and scheduler.get_fused_node(last) is not last))
+
+    def rebuild(self) -> int:
+        """The current fused nodes as our graph, ordered by ``rank``, and its profile; returns the work."""
+        scheduler = self.scheduler()
+        current = list(dict.fromkeys(scheduler.name_to_fused_node[op] for op in self.base_of_op))
+        groups = [sorted({self.base_of_op[op] for op in node.get_operation_names()}) for node in current]
+        order = ranked_order(self.base, groups, self.rank)
+        self.profile = PeakProfile.of(fused_graph(self.base, [groups[i] for i in order]))
+        self.current = current
+        self.position = {id(current[i]): step for step, i in enumerate(order)}
+        self.decided = {}
+        self.last_allowed = None
+        self.report["rebuilds"] += 1
+        return self.base.num_nodes + self.base.num_edges
+
+
+class FusionGuard(_inductor_choices_base()):
+    """Inductor's choices, except that a fusion raising the estimated peak by more than the slack is refused.
+
+    Parameters
+    ----------
+    slack_bytes, slack_fraction: a fusion is blocked only when the peak rises
+        by more than ``slack_bytes`` and by more than ``slack_fraction`` of the
+        current peak (default 1%: a rise of a few hundred bytes on a peak of
+        megabytes is below what the estimate can promise, and blocking it
+        costs a kernel).
+    max_work: the guard's effort per graph, in window steps and rebuilt
+        nodes (see :func:`reorder.fusion.fusion_peak`); past it every fusion
+        is allowed, as stock.
+    """
+
+    def __init__(self, slack_bytes: int = 0, slack_fraction: float = 0.01, max_work: int = 2_000_000):
+        super().__init__()
+        if slack_bytes < 0 or slack_fraction < 0 or max_work < 0:
+            raise ValueError("fusion guard: slack_bytes, slack_fraction and max_work must be >= 0")
+        self.slack_bytes = int(slack_bytes)
+        self.slack_fraction = float(slack_fraction)
+        self.max_work = int(max_work)
+        self._view: _SchedulerView | None = None
+        self._warned = False
+
+    def __reduce__(self):
+        """Copies and pickles carry the options only: Inductor deep-copies its configuration (the factory
+        holding this guard) while compiling, and the state of a graph being compiled must not go along."""
+        return (type(self), (self.slack_bytes, self.slack_fraction, self.max_work))
+
+    def uuid(self) -> str:
+        """Stable across processes: our sources and the options that change which fusions happen."""
+        return (f"reorder-fusion-guard-{source_hash()[:16]}-slack={self.slack_bytes},{self.slack_fraction}"
+                f"-work={self.max_work}")
+
+    def can_fuse_vertical(self, scheduler, node1, node2, shared_data_score) -> bool:
+        return (super().can_fuse_vertical(scheduler, node1, node2, shared_data_score)
+                and self.allows(scheduler, node1, node2))
+
+    def can_fuse_horizontal(self, scheduler, node1, node2, shared_data_score) -> bool:
+        return (super().can_fuse_horizontal(scheduler, node1, node2, shared_data_score)
+                and self.allows(scheduler, node1, node2))
+
+    def allows(self, scheduler, node1, node2) -> bool:
+        """Our answer for a fusion Inductor allows: False only when it raises the peak beyond the slack."""
+        view = self._view
+        if view is None or view.scheduler() is not scheduler:
+            view = self._view = _SchedulerView(scheduler)
+        if view.failed:
+            return True
+        try:
+            return self._decide(view, node1, node2)
+        except Exception as exc:  # noqa: BLE001 - the user's compile must go on
+            view.failed = True
+            view.report["failed"] = f"{type(exc).__name__}: {exc}"
+            if not self._warned:
+                self._warned = True
+                log.warning("reorder: fusion guard off for %s, allowing fusions as stock does: %s: %s",
+                            view.graph_name, type(exc).__name__, exc)
+            return True
+
+    def _decide(self, view: _SchedulerView, node1, node2) -> bool:
+        report = view.report
+        if report["budget_exhausted"]:
+            return True
+        t0 = time.perf_counter()
+        try:
+            if view.base is None:
+                report["work"] += view.convert()
+            if view.stale(node1, node2):
+                report["work"] += view.rebuild()
+            key = (view.position[id(node1)], view.position[id(node2)])
+            if key in view.decided:
+                return view.decided[key]
+            check = fusion_peak(view.profile, *key)
+            report["checks"] += 1
+            if check is None:
+                allowed = True  # a cycle: Inductor refuses it on its own
+            else:
+                report["work"] += check.work
+                allowed = not should_block(check, self.slack_bytes, self.slack_fraction)
+                if not allowed:
+                    names = [node1.get_name(), node2.get_name()]
+                    if names not in [entry["nodes"] for entry in report["blocked"]]:
+                        report["blocked"].append({"nodes": names, "peak": check.peak, "fused_peak": check.fused_peak,
+                                                  "bytes": check.rise})
+                    log.debug("reorder: fusion guard blocks %s + %s in %s: peak %d -> %d (+%d bytes)", *names,
+                              view.graph_name, check.peak, check.fused_peak, check.rise)
+            view.decided[key] = allowed
+            if allowed:
+                view.last_allowed = node1
+            if report["work"] > self.max_work:
+                report["budget_exhausted"] = True
+                log.info("reorder: fusion guard used its work budget (%d) on %s; later fusions go unchecked",
+                         self.max_work, view.graph_name)
+            return allowed
+        finally:
+            report["seconds"] += time.perf_counter() - t0
+
+
+def _same(guard: FusionGuard) -> FusionGuard:
+    return guard
+
+
+def choices_factory(guard: FusionGuard):
+    """A picklable factory for ``config.inductor_choices_class`` that always returns ``guard``."""
+    return functools.partial(_same, guard)
+
+
+def users_choices_handler():
+    """The choices object the user set on this thread with ``V.set_choices_handler``, if any (not ours)."""
+    from torch._inductor import virtualized
+    from torch._inductor.choices import InductorChoices
+
+    handler = getattr(virtualized.threadlocal, virtualized._choices._key, None)
+    if handler is None or type(handler) is InductorChoices or isinstance(handler, FusionGuard):
+        return None
+    return handler
+
+
+def forget_cached_choices() -> None:
+    """Drop this thread's cached ``V.choices``, so the next compile builds it from ``config.inductor_choices_class``.
+
+    Inductor creates its choices object on first use and keeps it per thread;
+    without this, a guard installed after any compile would never be asked.
+    Only Inductor's default object or a guard is dropped, never one the user set.
+    """
+    from torch._inductor import virtualized
+
+    if users_choices_handler() is None and hasattr(virtualized.threadlocal, virtualized._choices._key):
+        delattr(virtualized.threadlocal, virtualized._choices._key)

@@ -1,0 +1,129 @@
+"""The fusion decision: exact peaks of fused graphs, the incremental check against a full re-estimate, slack."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from helpers import build, graph_specs
+
+from reorder import BufferSpec, InputSpec, NodeSpec, build_graph, estimate_peak_memory
+from reorder.fusion import (PeakProfile, fused_graph, fusion_groups, fusion_peak, ranked_order, should_block,
+                            window_order)
+
+MB = 1 << 20
+
+
+def accumulation(k: int = 4):
+    """``total = x; total = total + relu(mm(x, w[i]))`` as Inductor schedules it before fusion."""
+    nodes = []
+    total = "x"
+    for i in range(k):
+        nodes.append(NodeSpec(f"mm{i}", [BufferSpec(f"m{i}", MB)], reads=["x"]))
+        nodes.append(NodeSpec(f"add{i}", [BufferSpec(f"t{i}", MB)], reads=[total, f"m{i}"]))
+        total = f"t{i}"
+    return build_graph(nodes, [InputSpec("x", MB, freeable=False)], [total], name="accumulation")
+
+
+def full_reestimate(graph, first, second):
+    return estimate_peak_memory(fused_graph(graph, fusion_groups(graph, first, second))).peak
+
+
+def test_unfused_groups_reproduce_the_graphs_own_peak():
+    graph = accumulation()
+    same = fused_graph(graph, [[v] for v in range(graph.num_nodes)])
+    assert estimate_peak_memory(same).live == estimate_peak_memory(graph).live
+
+
+def test_fusing_into_an_accumulation_keeps_the_matmul_outputs_alive():
+    graph = accumulation()
+    profile = PeakProfile.of(graph)
+    assert profile.timeline.peak == 3 * MB  # running total, matmul output, new total
+    add0, add1 = graph.node_id("add0"), graph.node_id("add1")
+    check = fusion_peak(profile, add0, add1)
+    # mm1 moves before the fused add: m0 and m1 live together with t1; t0 is never materialised.
+    assert check.fused_peak == 3 * MB and check.rise == 0
+    fused = fused_graph(graph, fusion_groups(graph, add0, add1))
+    assert "t0" not in fused.buffer_index and fused.node_names[1:3] == ("mm1", "add0+add1")
+    # Fusing that with the next add holds three matmul outputs at once.
+    groups = fusion_groups(graph, add0, add1)
+    once = fused_graph(graph, groups)
+    second = fusion_peak(PeakProfile.of(once), once.node_id("add0+add1"), once.node_id("add2"))
+    assert second.fused_peak == 4 * MB and second.rise == MB
+    assert second.fused_peak == full_reestimate(once, once.node_id("add0+add1"), once.node_id("add2"))
+    assert should_block(second) and not should_block(second, slack_bytes=MB)
+    assert should_block(second, slack_fraction=0.3) and not should_block(second, slack_fraction=1 / 3)
+
+
+def test_a_harmless_vertical_fusion_lowers_the_peak():
+    nodes = [
+        NodeSpec("a", [BufferSpec("a0", 400)], reads=["x"]),
+        NodeSpec("b", [BufferSpec("b0", 400)], reads=["a0"]),
+        NodeSpec("c", [BufferSpec("c0", 100)], reads=["b0"]),
+    ]
+    graph = build_graph(nodes, [InputSpec("x", 400, freeable=False)], ["c0"])
+    profile = PeakProfile.of(graph)
+    assert profile.timeline.peak == 800  # a0 and b0 together
+    check = fusion_peak(profile, 0, 1)
+    assert check.fused_peak == 500 == full_reestimate(graph, 0, 1)  # a0 is never materialised
+    assert check.rise == -300 and not should_block(check)
+
+
+def test_independent_nodes_between_run_after_the_fused_node():
+    nodes = [
+        NodeSpec("a", [BufferSpec("a0", 10)], reads=["x"]),
+        NodeSpec("side", [BufferSpec("s0", 1000)], reads=["x"]),
+        NodeSpec("feed", [BufferSpec("f0", 10)], reads=["x"]),
+        NodeSpec("b", [BufferSpec("b0", 10)], reads=["a0", "f0"]),
+        NodeSpec("out", [BufferSpec("o0", 10)], reads=["b0", "s0"]),
+    ]
+    graph = build_graph(nodes, [InputSpec("x", 10)], ["o0"])
+    assert window_order(graph, 0, 3) == [2, 0, 1]
+    check = fusion_peak(PeakProfile.of(graph), 0, 3)
+    assert check.fused_peak == full_reestimate(graph, 0, 3)
+
+
+def test_a_fusion_through_a_dependent_node_is_refused():
+    nodes = [
+        NodeSpec("a", [BufferSpec("a0", 10)], reads=["x"]),
+        NodeSpec("mid", [BufferSpec("m0", 10)], reads=["a0"]),
+        NodeSpec("b", [BufferSpec("b0", 10)], reads=["m0"]),
+    ]
+    graph = build_graph(nodes, [InputSpec("x", 10)], ["b0"])
+    assert fusion_peak(PeakProfile.of(graph), 0, 2) is None and fusion_groups(graph, 0, 2) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(spec=graph_specs(max_nodes=9), pick=st.tuples(st.integers(0, 100), st.integers(0, 100)))
+def test_incremental_peak_equals_full_reestimate(spec, pick):
+    graph = build(spec)
+    n = graph.num_nodes
+    if n < 2:
+        return
+    first, second = pick[0] % n, pick[1] % n
+    if first == second:
+        second = (first + 1) % n
+    check = fusion_peak(PeakProfile.of(graph), first, second)
+    if check is None:
+        assert fusion_groups(graph, first, second) is None
+        return
+    assert check.peak == estimate_peak_memory(graph).peak
+    assert check.fused_peak == full_reestimate(graph, first, second)
+    assert check.work >= abs(first - second) + 1
+
+
+def test_a_node_cannot_fuse_with_itself():
+    with pytest.raises(ValueError, match="itself"):
+        fusion_peak(PeakProfile.of(accumulation()), 1, 1)
+
+
+def test_ranked_order_follows_the_ranks_within_the_dependencies():
+    graph = accumulation(3)  # mm0 add0 mm1 add1 mm2 add2
+    singles = [[v] for v in range(6)]
+    mms_first = [0, 5, 1, 5, 2, 5]
+    order = ranked_order(graph, singles, mms_first)
+    graph.check_order(order)
+    assert graph.names_of(order) == ["mm0", "mm1", "mm2", "add0", "add1", "add2"]
+    assert estimate_peak_memory(graph, order).peak == 4 * MB
+    assert ranked_order(graph, singles, range(6)) == list(range(6))
+    # mm0 and mm2 fused run where mm2 ran: after mm1, which had run between them.
+    groups = [[0, 4], [1], [2], [3], [5]]
+    assert ranked_order(graph, groups, range(6)) == [2, 0, 1, 3, 4]
