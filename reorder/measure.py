@@ -71,6 +71,7 @@ class MemoryMeasurement:
     held_at_backward: int | None = None
     compiled_calls: tuple[Region, ...] = ()
     cuda: dict[str, int] | None = None
+    peak_composition: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {
@@ -78,6 +79,7 @@ class MemoryMeasurement:
             "frees": self.frees, "held_at_backward": self.held_at_backward, "cuda": self.cuda,
             "phases": {k: vars(r) for k, r in self.phases.items()},
             "compiled_calls": [vars(r) for r in self.compiled_calls],
+            "peak_composition": self.peak_composition,
         }
 
 
@@ -112,6 +114,70 @@ def _ranges(events: list, keep: Callable[[str], bool]) -> list[tuple[int, int, s
                   if e.name() != "[memory]" and keep(e.name()))
 
 
+def _walk(events: list):
+    stack = list(reversed(events))
+    while stack:
+        event = stack.pop()
+        yield event
+        stack.extend(reversed(event.children))
+
+
+def _outermost_operator_end(event) -> int | None:
+    """End time of the outermost ``aten::`` operator the allocation ``event`` happened in (None outside any)."""
+    end, parent = None, event.parent
+    while parent is not None:
+        if parent.name.startswith("aten::"):
+            end = parent.end_time_ns
+        parent = parent.parent
+    return end
+
+
+def peak_composition(tree: list, device: torch.device, peak_time: int, calls: list[tuple[int, int]],
+                     backward_begin: int | None) -> dict[str, int]:
+    """The bytes live at ``peak_time``, by where they were allocated; the values sum to the peak.
+
+    Each allocation is paired with its free by address. Origins: ``compiled
+    forward``/``compiled backward`` (inside a compiled graph's call, ``calls``
+    as ``(start, end)`` ns; ``compiled`` when no backward ran), ``outside
+    compiled`` (eager code, the autograd engine, the optimizer), each with
+    `` (operator temporaries)`` for allocations freed before the outermost
+    ``aten::`` operator that made them returned (an extern kernel's scratch),
+    and ``freed from before the call`` (negative: frees of memory allocated
+    before the measurement began).
+    """
+    want_cuda = device.type == "cuda"
+    allocation = torch._C._profiler._EventType.Allocation
+    events = sorted((e for e in _walk(tree) if e.tag == allocation and e.extra_fields.alloc_size
+                     and (e.extra_fields.device.type == "cuda") == want_cuda), key=lambda e: e.start_time_ns)
+    open_at: dict[int, int] = {}        # address -> index of its live allocation
+    freed_at: dict[int, int] = {}       # index of an allocation -> time of its free
+    unmatched_frees = 0
+    for k, event in enumerate(events):
+        ptr, size = event.extra_fields.ptr, event.extra_fields.alloc_size
+        if size > 0:
+            open_at[ptr] = k
+        elif ptr in open_at:
+            freed_at[open_at.pop(ptr)] = event.start_time_ns
+        elif event.start_time_ns <= peak_time:
+            unmatched_frees += size
+    out: dict[str, int] = {"freed from before the call": unmatched_frees} if unmatched_frees else {}
+    for k, event in enumerate(events):
+        t, size = event.start_time_ns, event.extra_fields.alloc_size
+        if t > peak_time:
+            break
+        if size < 0 or freed_at.get(k, peak_time + 1) <= peak_time:
+            continue
+        inside = any(s <= t <= e for s, e in calls)
+        origin = "compiled" if inside else "outside compiled"
+        if backward_begin is not None:
+            origin += " forward" if t < backward_begin else " backward"
+        operator_end = _outermost_operator_end(event)
+        if operator_end is not None and k in freed_at and freed_at[k] <= operator_end:
+            origin += " (operator temporaries)"
+        out[origin] = out.get(origin, 0) + size
+    return out
+
+
 def measure(fn: Callable[[], Any], device: torch.device | str | None = None) -> MemoryMeasurement:
     """Run ``fn()`` once and measure what it allocates on ``device`` (default: CUDA if available, else CPU).
 
@@ -139,13 +205,16 @@ def measure(fn: Callable[[], Any], device: torch.device | str | None = None) -> 
         cuda = {"max_memory_allocated": torch.cuda.max_memory_allocated(device) - allocated,
                 "max_memory_reserved": torch.cuda.max_memory_reserved(device) - reserved}
     events = list(prof.profiler.kineto_results.events())
+    tree = prof.profiler.kineto_results.experimental_event_tree()
     memory = _memory_events(events, device)
     origin = min((e.start_ns() for e in events), default=0)
     times, live, curve = [], [], []
     current = peak = allocations = frees = 0
+    peak_time = origin
     for t, nbytes in memory:
         current += nbytes
-        peak = max(peak, current)
+        if current > peak:
+            peak, peak_time = current, t
         allocations += nbytes > 0
         frees += nbytes < 0
         times.append(t)
@@ -167,6 +236,9 @@ def measure(fn: Callable[[], Any], device: torch.device | str | None = None) -> 
     optimizer = _ranges(events, lambda n: n.startswith("Optimizer."))
     if optimizer:
         phases["optimizer"] = region("optimizer", optimizer[0][0], max(e for _, e, _ in optimizer))
-    calls = tuple(region(name.strip("# ").removeprefix("Call "), s, e)
-                  for s, e, name in _ranges(events, lambda n: n.startswith("## Call CompiledFxGraph")))
-    return MemoryMeasurement(str(device), peak, current, allocations, frees, tuple(curve), phases, held, calls, cuda)
+    call_ranges = _ranges(events, lambda n: n.startswith("## Call CompiledFxGraph"))
+    calls = tuple(region(name.strip("# ").removeprefix("Call "), s, e) for s, e, name in call_ranges)
+    composition = peak_composition(tree, device, peak_time, [(s, e) for s, e, _ in call_ranges],
+                                   backward[0][0] if backward else None)
+    return MemoryMeasurement(str(device), peak, current, allocations, frees, tuple(curve), phases, held, calls, cuda,
+                             composition)

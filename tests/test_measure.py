@@ -21,6 +21,7 @@ def test_peak_and_end_are_the_arithmetic_of_known_allocations():
     assert (m.peak, m.end, m.allocations, m.frees) == (3000, 2200, 4, 2)
     assert [live for _, live in m.curve] == [1000, 2200, 3000, 2000, 3000, 2200]
     assert m.phases == {} and m.held_at_backward is None and m.cuda is None
+    assert m.peak_composition == {"outside compiled": 3000}  # b, c, d live at the first peak... a freed later
 
 
 def test_a_training_step_is_split_into_phases_and_the_forward_hands_backward_what_it_saved():
@@ -45,6 +46,16 @@ def test_a_training_step_is_split_into_phases_and_the_forward_hands_backward_wha
     assert m.phases["forward"].end <= m.phases["backward"].start <= m.phases["optimizer"].start
     assert m.peak >= m.phases["backward"].peak > m.held_at_backward
     assert m.end == 0  # zero_grad(set_to_none) freed the gradient; everything else died
+    # at the peak (inside backward) only the loss and backward's seed remain of the forward's allocations
+    assert m.peak_composition == {"outside compiled forward": 4 + 4, "outside compiled backward": m.peak - 8}
+
+
+def test_peak_composition_tells_an_operators_scratch_from_its_result():
+    x = torch.randn(64, 64)
+    m = measure(lambda: torch.linalg.solve(x, x), "cpu")  # LU factors, pivots...: the operator's own scratch
+    assert sum(m.peak_composition.values()) == m.peak
+    assert m.peak_composition["outside compiled"] == 64 * 64 * 4  # the result, live when the scratch peaks
+    assert m.peak_composition["outside compiled (operator temporaries)"] == m.peak - 64 * 64 * 4 > 0
 
 
 def test_compiled_graph_calls_are_regions_of_their_own():
@@ -58,6 +69,7 @@ def test_compiled_graph_calls_are_regions_of_their_own():
     assert len(m.compiled_calls) == 1
     call = m.compiled_calls[0]
     assert call.name.startswith("CompiledFxGraph ") and call.peak == m.peak
+    assert sum(m.peak_composition.values()) == m.peak and m.peak_composition.get("compiled", 0) > 0
     assert m.end == 16 * 8 * 4  # the output, dropped after the measurement
     torch._dynamo.reset()
 

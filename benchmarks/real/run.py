@@ -1,0 +1,173 @@
+"""One model in one mode under every variant, in one process, on the same inputs: the row's raw data.
+
+For each variant the model is a fresh copy of the same seeded weights. The
+first call compiles (under the variant's context) and gives the outputs and
+gradients checked against stock; a second call gives the steady time
+(compile seconds = first minus steady); the third is measured with
+:func:`reorder.measure.measure`. A training step is the compiled function
+(forward and loss), ``loss.backward()`` and ``SGD.step()`` (the optimizer
+is eager, outside the compiled function); gradients are set to None before
+each call, so what a step leaves allocated is its gradients.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from reorder.measure import measure
+
+from .models import BATCH, build, parameter_bytes
+from .report import GAP, largest_estimate
+from .variants import NO_LAYOUT_OPTIMIZATION, VARIANTS, Variant
+
+__all__ = ["CURVE_POINTS", "run_case", "run_variant"]
+
+#: Points kept of each measured curve (the highest of each time bucket), enough for a plot.
+CURVE_POINTS = 600
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def _step_function(model: torch.nn.Module, mode: str):
+    if mode == "train":
+        return lambda inputs: model(**inputs).loss
+    return lambda inputs: tuple(model(**inputs).to_tuple())
+
+
+def _thin(curve: tuple, points: int = CURVE_POINTS) -> list[list[float]]:
+    """The curve's highest point in each of ``points`` equal time buckets (its peak is always kept)."""
+    if len(curve) <= points:
+        return [list(p) for p in curve]
+    end = curve[-1][0] or 1.0
+    buckets: dict[int, tuple[float, int]] = {}
+    for t, live in curve:
+        k = min(points - 1, int(t / end * points))
+        if k not in buckets or live > buckets[k][1]:
+            buckets[k] = (t, live)
+    return [list(buckets[k]) for k in sorted(buckets)]
+
+
+def run_variant(base: torch.nn.Module, inputs: dict, mode: str, variant: Variant,
+                capture_dir: Path | None = None) -> tuple[dict, list[torch.Tensor]]:
+    """Compile (or not), check, time and measure one variant; returns its record and its outputs (+ gradients)."""
+    from reorder import inductor
+    from reorder.inductor import slab
+
+    torch._dynamo.reset()
+    model = copy.deepcopy(base)
+    fn = _step_function(model, mode)
+    if variant.compile_context is not None:
+        fn = torch.compile(fn)
+    train = mode == "train"
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3) if train else None
+
+    def step():
+        if not train:
+            with torch.no_grad():
+                return fn(inputs)
+        loss = fn(inputs)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    first_report, first_plan = len(inductor.reports), len(slab.plans)
+    context = variant.compile_context() if variant.compile_context is not None else None
+    if capture_dir is not None:
+        context = inductor.use(compare=True, capture_dir=capture_dir)
+    t0 = time.perf_counter()
+    if context is None:
+        outputs = step()
+    else:
+        with context:
+            outputs = step()
+    first_seconds = time.perf_counter() - t0
+    checked = [t.detach().clone() for t in _tensors(outputs)]
+    if train:
+        checked += [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        optimizer.zero_grad(set_to_none=True)
+    t0 = time.perf_counter()
+    step()
+    steady_seconds = time.perf_counter() - t0
+    if train:
+        optimizer.zero_grad(set_to_none=True)
+    gc.collect()
+    m = measure(step, "cpu")
+    gradient_bytes = sum(p.grad.nbytes for p in model.parameters() if p.grad is not None) if train else 0
+    if train:
+        optimizer.zero_grad(set_to_none=True)
+    record = {
+        "variant": variant.name,
+        "compile_seconds": max(0.0, first_seconds - steady_seconds) if variant.compile_context else 0.0,
+        "step_seconds": steady_seconds,
+        "real_peak": m.peak,
+        "allocations": m.allocations,
+        "real_end": m.end,
+        "held_at_backward": m.held_at_backward,
+        "gradient_bytes": gradient_bytes,
+        "peak_composition": m.peak_composition,
+        "phases": {k: vars(r) for k, r in m.phases.items()},
+        "compiled_calls": [vars(r) for r in m.compiled_calls],
+        "curve": _thin(m.curve),
+        "graphs": [g for g in inductor.reports[first_report:] if "fusion_guard" not in g],
+        "fusion_guard": [g for g in inductor.reports[first_report:] if "fusion_guard" in g],
+        "slab_plans": slab.plans[first_plan:],
+    }
+    del model, fn, optimizer
+    torch._dynamo.reset()
+    return record, checked
+
+
+def _difference(a: list[torch.Tensor], b: list[torch.Tensor]) -> float | None:
+    """Largest absolute difference, relative to the largest magnitude (None: different structure)."""
+    if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
+        return None
+    worst = 0.0
+    for x, y in zip(a, b):
+        if x.numel():
+            scale = max(1e-6, float(y.abs().max()))
+            worst = max(worst, float((x.float() - y.float()).abs().max()) / scale)
+    return worst
+
+
+def run_case(name: str, size: str, mode: str, variants: tuple[Variant, ...] = VARIANTS,
+             capture_dir: Path | None = None) -> dict:
+    """Every applicable variant of ``name`` in ``mode``; outputs compared with stock; gaps decomposed."""
+    warnings.filterwarnings("ignore", message="dynamo_pgo force disabled")
+    from torch._inductor import config
+
+    config.force_disable_caches = True  # every variant compiles for real: honest compile seconds
+    base, inputs = build(name, size, mode)
+    row = {"model": name, "size": size, "mode": mode, "batch": BATCH,
+           "parameter_bytes": parameter_bytes(base),
+           "input_bytes": sum(t.nbytes for t in inputs.values()), "variants": {}, "difference_to_stock": {}}
+    outputs = {}
+    for variant in variants:
+        if mode == "train" and not variant.training:
+            continue
+        row["variants"][variant.name], outputs[variant.name] = run_variant(
+            base, inputs, mode, variant, capture_dir if variant.name == "hook" else None)
+    if "stock" in outputs:
+        for other, values in outputs.items():
+            if other != "stock":
+                row["difference_to_stock"][other] = _difference(values, outputs["stock"])
+    graphs = row["variants"].get("hook", {}).get("graphs", [])
+    stock = row["variants"].get("stock")
+    estimate = largest_estimate(graphs, "inductor_best")
+    is_image = "pixel_values" in inputs
+    if stock and estimate and abs(stock["real_peak"] - estimate) > GAP * estimate and is_image:
+        rerun, _ = run_variant(base, inputs, mode, NO_LAYOUT_OPTIMIZATION)
+        rerun.pop("curve")
+        row["variants"][NO_LAYOUT_OPTIMIZATION.name] = rerun
+    return row
