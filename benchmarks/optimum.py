@@ -34,7 +34,8 @@ from reorder.schedulers.optimal import Optimal
 from reorder.timeline import estimate_peak_memory
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = [ROOT / "reorder" / "data" / "graphs", ROOT / "benchmarks" / "graphs" / "b2", ROOT / "captured"]
+FOLDERS = [ROOT / "reorder" / "data" / "graphs", ROOT / "benchmarks" / "graphs" / "b2",
+           *sorted(p for p in (ROOT / "benchmarks" / "real" / "graphs" / "bench").glob("*") if p.is_dir())]
 
 
 def solve(path: Path, effort: float, workers: int) -> Optimum:

@@ -1,10 +1,13 @@
 """``python -m benchmarks.real``: every model in every mode under every variant, cached; then the report.
 
     python -m benchmarks.real [--models A,B] [--modes infer,train] [--again] [--report-only]
+    python -m benchmarks.real --size full --variants hook   # full depth, at the estimate level
 
 Each (model, mode) row is one process-local run of :func:`~benchmarks.real.run.run_case`
 (all variants side by side, same inputs), written to
-``benchmarks/real/results/bench/<model>_<mode>.json``; a cached row is not rerun
+``benchmarks/real/results/bench/<model>_<mode>.json``, and the hook's graphs
+(with Inductor's figures) to ``benchmarks/real/graphs/bench/<model>_<mode>/``,
+where ``python -m benchmarks.optimum`` records their optima; a cached row is not rerun
 unless ``--again``. The report (docs/real-models.md, CSV and JSON next to the
 rows, one plot per model in docs/img/real/) is rebuilt from the cache.
 """
@@ -17,8 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-from .models import MODELS
-from .report import RESULTS, write_report
+from .models import MODELS, SIZES
+from .report import GRAPHS, RESULTS, write_report
+from .variants import VARIANTS
 
 MODES = ("infer", "train")
 
@@ -27,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.real", description=__doc__.splitlines()[0])
     parser.add_argument("--models", help=f"comma-separated (default: all {len(MODELS)})")
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--size", default="bench", choices=SIZES,
+                        help="bench: small widths, every variant; full: the published configurations")
+    parser.add_argument("--variants", help=f"comma-separated subset of {', '.join(v.name for v in VARIANTS)}")
     parser.add_argument("--again", action="store_true", help="rerun rows that are cached")
     parser.add_argument("--report-only", action="store_true", help="only rebuild the report from the cache")
     args = parser.parse_args(argv)
@@ -34,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         parser.error(f"unknown models {unknown}; known: {', '.join(MODELS)}")
-    folder = RESULTS / "bench"
+    variants = VARIANTS if not args.variants else tuple(v for v in VARIANTS if v.name in args.variants.split(","))
+    folder = RESULTS / args.size
     folder.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
         from .run import run_case
@@ -46,12 +54,13 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             t0 = time.perf_counter()
             print(f"[{k}/{len(cases)}] {model} {mode} ...", file=sys.stderr, flush=True)
-            row = run_case(model, "bench", mode)
+            row = run_case(model, args.size, mode, variants, capture_dir=GRAPHS.parent / args.size / f"{model}_{mode}")
             row["seconds"] = time.perf_counter() - t0
             path.write_text(json.dumps(row) + "\n")
             peaks = {v: r["real_peak"] for v, r in row["variants"].items()}
             print(f"    {row['seconds']:.0f}s  real peaks {peaks}", file=sys.stderr, flush=True)
-    write_report(folder)
+    if args.size == "bench":
+        write_report(folder)
     return 0
 
 

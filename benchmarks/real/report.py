@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+GRAPHS = Path(__file__).resolve().parent / "graphs" / "bench"
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "real-models.md"
 IMAGES = ROOT / "docs" / "img" / "real"
@@ -33,6 +34,10 @@ def _mb(n: int | None) -> str:
     return "" if n is None else f"{n / 1e6:.2f}"
 
 
+def _sci(x: float | None) -> str:
+    return "" if x is None else f"{x:.1e}"
+
+
 def _ratio(a: int | None, b: int | None) -> str:
     return "" if a is None or not b else f"{a / b:.3f}"
 
@@ -48,6 +53,18 @@ def largest_estimate(graphs: list[dict], key: str) -> int | None:
         elif "inductor" in g:
             values.append(min(g["inductor"].values()) if key == "inductor_best" else g["inductor"]["baseline"])
     return max(values) if values else None
+
+
+def _optimum_of_largest(row: dict, graphs: list[dict]) -> str:
+    """The recorded optimum (``python -m benchmarks.optimum``) of the step's largest graph, as a table cell."""
+    from reorder.optima import optimum_for
+
+    captured = [g for g in graphs if "captured" in g and "fallback" not in g]
+    if not captured:
+        return ""
+    largest = max(captured, key=lambda g: g["peak"])
+    optimum = optimum_for(GRAPHS / f"{row['model']}_{row['mode']}" / Path(largest["captured"]).name)
+    return optimum.column() if optimum else ""
 
 
 def summary(row: dict) -> dict:
@@ -66,6 +83,7 @@ def summary(row: dict) -> dict:
     out["inductor_baseline_estimate"] = largest_estimate(hook_graphs, "inductor_baseline")
     out["inductor_best_estimate"] = largest_estimate(hook_graphs, "inductor_best")
     out["our_estimate"] = largest_estimate(hook_graphs, "ours")
+    out["optimum"] = _optimum_of_largest(row, hook_graphs)
     out["our_pass_seconds"] = round(sum(g.get("seconds", 0.0) for g in hook_graphs), 3)
     out["fallbacks"] = sum("fallback" in g for g in hook_graphs)
     plans = [p for p in v.get("slab", {}).get("slab_plans", []) if "fallback" not in p]
@@ -75,8 +93,9 @@ def summary(row: dict) -> dict:
     guard = [g["fusion_guard"] for g in v.get("guard", {}).get("fusion_guard", [])]
     out["guard_blocked"] = sum(len(g["blocked"]) for g in guard)
     out["guard_seconds"] = round(sum(g.get("seconds", 0.0) for g in guard), 3)
-    out["max_difference_to_stock"] = max((d for d in row["difference_to_stock"].values() if d is not None),
-                                         default=None)
+    diffs = row["difference_to_stock"]
+    out["max_difference_to_stock"] = max((d for v, d in diffs.items() if v in COMPILED and d is not None), default=None)
+    out["eager_difference_to_stock"] = diffs.get("eager")
     return out
 
 
@@ -132,6 +151,26 @@ def plot(row: dict, path: Path) -> bool:
     return True
 
 
+def full_depth_section(folder: Path) -> list[str]:
+    """The published full-depth configurations (``--size full --variants hook``): estimates and the hook's real peak."""
+    rows = [json.loads(p.read_text()) for p in sorted(folder.glob("*_*.json"))] if folder.is_dir() else []
+    if not rows:
+        return []
+    lines = ["## Full depth (the published configurations, batch 8)", "",
+             "Compiled once with the hook (`python -m benchmarks.real --size full --variants hook`); per step, the "
+             "largest graph's estimates and the step's measured real peak under the hook.", "",
+             "| model | mode | parameters MB | graphs | Inductor baseline | Inductor best | ours | hook real peak | our pass s | compile s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        hook = row["variants"]["hook"]
+        graphs = hook["graphs"]
+        lines.append(f"| {row['model']} | {row['mode']} | {_mb(row['parameter_bytes'])} | {len(graphs)} | "
+                     f"{_mb(largest_estimate(graphs, 'inductor_baseline'))} | {_mb(largest_estimate(graphs, 'inductor_best'))} | "
+                     f"{_mb(largest_estimate(graphs, 'ours'))} | {_mb(hook['real_peak'])} | "
+                     f"{sum(g.get('seconds', 0.0) for g in graphs):.2f} | {hook['compile_seconds']:.0f} |")
+    return lines + [""]
+
+
 def write_report(folder: Path) -> None:
     rows = [json.loads(p.read_text()) for p in sorted(folder.glob("*_*.json")) if p.name != "summary.json"]
     if not rows:
@@ -154,8 +193,8 @@ def write_report(folder: Path) -> None:
              "**slab** `use(slab=True)` (our order and our pools); **guard** `use(fusion_guard=True)` (our order "
              "and our fusion guard); **pools** Inductor's own `config.memory_planning=True` (inference only).", "",
              "## Real allocated peak (MB) per variant", "",
-             "| model | mode | eager | stock | hook | slab | guard | pools | hook/stock | slab/stock | guard/stock | outputs vs stock |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| model | mode | eager | stock | hook | slab | guard | pools | hook/stock | slab/stock | guard/stock | ours vs stock | eager vs stock |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in records:
         diff = r["max_difference_to_stock"]
         lines.append(f"| {r['model']} | {r['mode']} | {_mb(r.get('eager_real_peak'))} | {_mb(r.get('stock_real_peak'))} | "
@@ -163,23 +202,25 @@ def write_report(folder: Path) -> None:
                      f"{_mb(r.get('memory_planning_real_peak'))} | {_ratio(r.get('hook_real_peak'), r.get('stock_real_peak'))} | "
                      f"{_ratio(r.get('slab_real_peak'), r.get('stock_real_peak'))} | "
                      f"{_ratio(r.get('guard_real_peak'), r.get('stock_real_peak'))} | "
-                     f"{'' if diff is None else f'{diff:.1e}'} |")
+                     f"{_sci(diff)} | {_sci(r['eager_difference_to_stock'])} |")
     above = [(r["model"], r["mode"], v) for r in records for v in COMPILED[:3]
              if r.get(f"{v}_real_peak") is not None and r[f"{v}_real_peak"] > r["stock_real_peak"]]
     lines += ["", "Rows where a variant of ours allocates more than stock: "
               + (", ".join(f"{m} {mode} ({v})" for m, mode, v in above) if above else "none") + ".",
-              "Outputs vs stock: the largest absolute difference of any output or gradient, relative to its largest "
-              "magnitude (float reassociation in fused kernels; 0 would be bitwise).", "",
+              "Ours vs stock: the largest absolute difference of any output or gradient under hook, slab, guard or "
+              "Inductor's pools, relative to that tensor's largest magnitude (float reassociation in fused kernels; "
+              "0 would be bitwise); eager vs stock the same for eager.", "",
               "## Estimates per graph and costs", "",
               "Largest graph of the step (Inductor's live-bytes model): Inductor's own order (baseline), the best "
-              "of Inductor's methods, and ours; the optimum column comes from `reorder.optima` where recorded. "
+              "of Inductor's methods, and ours; the optimum column is the solver's proven minimum (or certified bound) of that graph, recorded by "
+              "`python -m benchmarks.optimum benchmarks/real/graphs/bench/*`. "
               "Compile seconds are the first call minus a steady call.", "",
-              "| model | mode | graphs | Inductor baseline | Inductor best | ours | stock real | our pass s | "
+              "| model | mode | graphs | Inductor baseline | Inductor best | ours | optimum | stock real | our pass s | "
               "compile s stock / hook / slab / guard | allocations stock / slab | slab pool MB | guard blocked | guard s |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|"]
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|"]
     for r in records:
         lines.append(f"| {r['model']} | {r['mode']} | {r['graphs']} | {_mb(r['inductor_baseline_estimate'])} | "
-                     f"{_mb(r['inductor_best_estimate'])} | {_mb(r['our_estimate'])} | {_mb(r.get('stock_real_peak'))} | "
+                     f"{_mb(r['inductor_best_estimate'])} | {_mb(r['our_estimate'])} | {r['optimum']} | {_mb(r.get('stock_real_peak'))} | "
                      f"{r['our_pass_seconds']} | "
                      + " / ".join(str(r.get(f"{v}_compile_seconds", "")) for v in ("stock", "hook", "slab", "guard"))
                      + f" | {r.get('stock_allocations')} / {r.get('slab_allocations')} | {_mb(r['slab_pool_bytes'])} | "
@@ -201,6 +242,7 @@ def write_report(folder: Path) -> None:
                          f"graph estimate {_mb(s['inductor_best_estimate'])} MB.")
             lines += [f"- {p}" for p in parts]
             lines.append("")
+    lines += full_depth_section(folder.parent / "full")
     lines += ["## Pictures", ""]
     for row in rows:
         if row["mode"] == "train":
