@@ -6,6 +6,7 @@
 import os
 import warnings
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("default", derandomize=True, database=None, deadline=None)
@@ -13,3 +14,20 @@ settings.register_profile("explore", deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 warnings.filterwarnings("ignore", message="dynamo_pgo force disabled")
+
+
+@pytest.fixture
+def fresh_compiles(monkeypatch):
+    """Real compiles: Inductor's caches off, dynamo reset, the hook's reports and slab plans emptied."""
+    import torch
+    import torch._inductor.config as config
+
+    from reorder import inductor
+    from reorder.inductor import slab
+
+    monkeypatch.setattr(config, "force_disable_caches", True)
+    torch._dynamo.reset()
+    inductor.reports.clear()
+    slab.plans.clear()
+    yield
+    torch._dynamo.reset()

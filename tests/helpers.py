@@ -177,3 +177,18 @@ __all__ = [
     "FIGURES", "GRAPHS", "GRAPH_NAMES", "ROOT", "all_topological_orders", "build", "graph_specs",
     "random_order", "reference_peak",
 ]
+
+
+def tiny_model(name: str):
+    """A small model of the zoo's blocks and its input: "residual", "inception" or a transformer block."""
+    import torch
+    from torch import nn
+
+    from benchmarks.zoo import BasicBlock, InceptionBlock, TransformerBlock
+
+    torch.manual_seed(0)
+    if name == "residual":
+        return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), BasicBlock(8, 8), BasicBlock(8, 16, 2)), torch.randn(2, 3, 8, 8)
+    if name == "inception":
+        return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), InceptionBlock(16, 8)), torch.randn(2, 3, 8, 8)
+    return TransformerBlock(dim=32, heads=2), torch.randn(2, 8, 32)

@@ -8,10 +8,9 @@ import sys
 
 import pytest
 import torch
-from torch import nn
 from torch._inductor.custom_graph_pass import CustomSchedulerPass
 
-from benchmarks.zoo import BasicBlock, InceptionBlock, TransformerBlock
+from helpers import tiny_model as tiny
 from reorder import load_graph
 from reorder import inductor as hook
 from reorder.inductor import reorder_pass
@@ -19,24 +18,7 @@ from reorder.schedulers import reorder_for_peak_memory
 from reorder.timeline import estimate_peak_memory
 
 
-@pytest.fixture(autouse=True)
-def fresh_compiles(monkeypatch):
-    import torch._inductor.config as config
-
-    monkeypatch.setattr(config, "force_disable_caches", True)
-    torch._dynamo.reset()
-    hook.reports.clear()
-    yield
-    torch._dynamo.reset()
-
-
-def tiny(name):
-    torch.manual_seed(0)
-    if name == "residual":
-        return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), BasicBlock(8, 8), BasicBlock(8, 16, 2)), torch.randn(2, 3, 8, 8)
-    if name == "inception":
-        return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), InceptionBlock(16, 8)), torch.randn(2, 3, 8, 8)
-    return TransformerBlock(dim=32, heads=2), torch.randn(2, 8, 32)
+pytestmark = pytest.mark.usefixtures("fresh_compiles")
 
 
 @pytest.mark.slow

@@ -5,9 +5,8 @@ import re
 
 import pytest
 import torch
-from torch import nn
 
-from benchmarks.zoo import BasicBlock, InceptionBlock, TransformerBlock
+from helpers import tiny_model as tiny
 from reorder import inductor as hook
 from reorder.errors import PlanError, SlabCheckError
 from reorder.inductor import slab
@@ -99,24 +98,6 @@ def test_the_cpp_wrapper_keeps_inductors_allocation_with_a_warning(caplog):
 # --- real compiles -------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def fresh_compiles(monkeypatch):
-    import torch._inductor.config as config
-
-    monkeypatch.setattr(config, "force_disable_caches", True)
-    torch._dynamo.reset()
-    slab.plans.clear()
-    yield
-    torch._dynamo.reset()
-
-
-def tiny(name):
-    torch.manual_seed(0)
-    if name == "residual":
-        return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), BasicBlock(8, 8), BasicBlock(8, 16, 2)), torch.randn(2, 3, 8, 8)
-    if name == "inception":
-        return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), InceptionBlock(16, 8)), torch.randn(2, 3, 8, 8)
-    return TransformerBlock(dim=32, heads=2), torch.randn(2, 8, 32)
 
 
 def step(model, compiled, x, training):
