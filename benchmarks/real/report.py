@@ -136,11 +136,14 @@ def plot(row: dict, path: Path) -> bool:
     for name, style in (("stock", "-"), ("hook", "--"), ("slab", ":")):
         if name in v and v[name].get("curve"):
             t, live = zip(*v[name]["curve"])
-            ax.plot([x * 1e3 for x in t], [y / 1e6 for y in live], style, label=f"{name} (peak {_mb(v[name]['real_peak'])} MB)")
+            ax.plot([x / (t[-1] or 1.0) for x in t], [y / 1e6 for y in live], style,
+                    label=f"{name} (peak {_mb(v[name]['real_peak'])} MB)")
+    stock_curve = v.get("stock", {}).get("curve") or [[1.0, 0]]
     for phase, region in v.get("stock", {}).get("phases", {}).items():
-        ax.axvspan(region["start"] * 1e3, region["end"] * 1e3, alpha=0.08, color={"forward": "C0", "backward": "C1"}.get(phase, "C2"))
-        ax.text(region["start"] * 1e3, ax.get_ylim()[1] * 0.95, phase, fontsize=7, va="top")
-    ax.set_xlabel("ms into the step (stock's phases shaded)")
+        start, end = (region[k] / (stock_curve[-1][0] or 1.0) for k in ("start", "end"))
+        ax.axvspan(start, end, alpha=0.08, color={"forward": "C0", "backward": "C1"}.get(phase, "C2"))
+        ax.text(start, ax.get_ylim()[1] * 0.95, phase, fontsize=7, va="top")
+    ax.set_xlabel("fraction of the step, each variant on its own clock (stock's phases shaded)")
     ax.set_ylabel("allocated MB above start")
     ax.set_title(f"{row['model']} ({row['mode']}, batch {row['batch']})", fontsize=9)
     ax.legend(fontsize=7)
