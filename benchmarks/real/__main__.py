@@ -2,6 +2,9 @@
 
     python -m benchmarks.real [--models A,B] [--modes infer,train] [--again] [--report-only]
     python -m benchmarks.real --size full --variants hook   # full depth, at the estimate level
+    python -m benchmarks.real --models A --variants stock,slab --again   # rerun some variants of a cached row
+
+A rerun of some ``--variants`` replaces those variants in the cached row and keeps the others.
 
 Each (model, mode) row is one process-local run of :func:`~benchmarks.real.run.run_case`
 (all variants side by side, same inputs), written to
@@ -25,6 +28,14 @@ from .report import GRAPHS, RESULTS, write_report
 from .variants import VARIANTS
 
 MODES = ("infer", "train")
+
+
+def _merged(cached: dict, rerun: dict) -> dict:
+    """``cached`` with the variants of ``rerun`` (a subset, rerun side by side with stock) replacing its own."""
+    merged = {**cached, "variants": {**cached["variants"], **rerun["variants"]},
+              "difference_to_stock": {**cached.get("difference_to_stock", {}), **rerun["difference_to_stock"]}}
+    merged["seconds"] = cached.get("seconds", 0.0)  # the full row's time stays the row's time
+    return merged
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{k}/{len(cases)}] {model} {mode} ...", file=sys.stderr, flush=True)
             row = run_case(model, args.size, mode, variants, capture_dir=GRAPHS.parent / args.size / f"{model}_{mode}")
             row["seconds"] = time.perf_counter() - t0
+            if args.variants and path.exists():
+                row = _merged(json.loads(path.read_text()), row)
             path.write_text(json.dumps(row) + "\n")
             peaks = {v: r["real_peak"] for v, r in row["variants"].items()}
             print(f"    {row['seconds']:.0f}s  real peaks {peaks}", file=sys.stderr, flush=True)

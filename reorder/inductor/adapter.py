@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..graph import BufferSpec, Graph, InputSpec, NodeSpec, build_graph
 
-__all__ = ["SchedulerState", "graph_from_scheduler", "scheduler_state"]
+__all__ = ["SchedulerState", "freed_tangents", "graph_from_scheduler", "scheduler_state"]
 
 
 @dataclass
@@ -56,13 +56,42 @@ def scheduler_state(nodes: list, scheduler=None) -> SchedulerState:
     return SchedulerState(freeable, name_to_buf, graph_inputs, graph_outputs, scheduler.mutation_real_name, scheduler)
 
 
-def graph_from_scheduler(nodes: list, name: str = "graph", scheduler=None) -> tuple[Graph, SchedulerState]:
-    """Our :class:`Graph` of Inductor's (fused) scheduler nodes, in their order, and Inductor's state for them."""
+def freed_tangents(nodes: list, graph_inputs) -> dict[str, int]:
+    """A backward graph's tangents (name -> bytes): inputs Inductor's model holds, though a real run frees them.
+
+    Inductor counts ``tangents_*`` among the buffers the graph never frees
+    (``utils.is_nonfreeable_buffers``). The autograd engine hands the
+    gradient of the graph's outputs to the backward, whose ``del`` frees it:
+    when the loss is computed outside the compiled graph, that is the
+    gradient of the logits, often the largest tensor of the step.
+    """
+    from torch._inductor.dependencies import WeakDep
+    from torch._inductor.virtualized import V
+
+    prefix = f"{V.graph.name}_" if V.graph.name else ""
+    sizes = {}
+    for node in nodes:
+        for dep in node.read_writes.reads:
+            if (dep.name in graph_inputs and dep.name.removeprefix(prefix).startswith("tangents")
+                    and not (isinstance(dep, WeakDep) and dep.is_fake)):
+                sizes[dep.name] = max(sizes.get(dep.name, 0), V.graph.get_dep_size_hint(dep))
+    return sizes
+
+
+def graph_from_scheduler(nodes: list, name: str = "graph", scheduler=None, free_tangents: bool = False
+                         ) -> tuple[Graph, SchedulerState]:
+    """Our :class:`Graph` of Inductor's (fused) scheduler nodes, in their order, and Inductor's state for them.
+
+    ``free_tangents``: also model the graph's tangents as freed after their last reader
+    (:func:`freed_tangents`); by default the graph is Inductor's model exactly.
+    """
     from torch._inductor.dependencies import WeakDep
     from torch._inductor.ir import MultiOutputLayout
 
     state = scheduler_state(nodes, scheduler)
-    freeable, real_name = state.freeable, state.mutation_real_name
+    tangents = freed_tangents(nodes, state.graph_inputs) if free_tangents else {}
+    freeable = {**state.freeable, **tangents}
+    real_name = state.mutation_real_name
     producer = {b: node.get_name() for node in nodes for b in (o.get_name() for o in node.get_outputs())}
     parents = {b for b, buf in state.name_to_buf.items()
                if isinstance(getattr(buf.node, "layout", None), MultiOutputLayout)}
@@ -100,6 +129,6 @@ def graph_from_scheduler(nodes: list, name: str = "graph", scheduler=None) -> tu
             ))
         after = [a for a in dict.fromkeys(after) if a != node.get_name()]
         specs.append(NodeSpec(node.get_name(), outputs, reads=list(dict.fromkeys(reads)), after=after))
-    inputs = [InputSpec(b, fb.mpi_buffer.size_free) for b, fb in freeable.items()]
+    inputs = [InputSpec(b, tangents[b] if b in tangents else fb.mpi_buffer.size_free) for b, fb in freeable.items()]
     outputs = [b for b in state.graph_outputs if b in producer or b in freeable]
     return build_graph(specs, inputs, outputs, name=name), state

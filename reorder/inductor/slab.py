@@ -146,6 +146,7 @@ def _planner_class():
             self.graph = graph
             self.individual_timesteps: list[tuple[int, int, int]] = []  # (begin, end, bytes) of unpooled buffers
             self.last_timestep = 0
+            self.foreign_steps: set[int] = set()  # timesteps where code other than Inductor's kernels runs
 
         def plan(self, lines: list) -> list:
             lines = [*lines]
@@ -180,9 +181,38 @@ def _planner_class():
                     lines[i] = dataclasses.replace(line, delete_old=False)
 
         def individual_lifetimes(self, lines: list) -> None:
-            """Timesteps of the buffers allocated one by one (outputs, unpooled groups), as Inductor counts them."""
+            """Timesteps of everything else the wrapper allocates or frees, counted as Inductor counts them.
+
+            That is: buffers allocated one by one (graph outputs, unpooled
+            groups), extern kernels' outputs (``ExternKernelAllocLine``, with
+            the ``MultiOutputLine`` children of a multi-output kernel), the
+            buffers that reuse them, and graph inputs the wrapper frees part-way
+            through (a backward's saved activations): live from the start to
+            their ``del``. The replay sets our pools against all of it.
+            """
+            from torch._inductor import ir
+            from torch._inductor.codegen import wrapper as wrapper_mod
             from torch._inductor.virtualized import V
 
+            def freed_by_graph(name: str) -> bool:
+                """Inductor's own rule (``utils.is_nonfreeable_buffers``): parameters, user inputs and tangents
+                (``primals_*``, ``arg*``, ``tangents_*``) are held by the caller; a backward's saved
+                activations are dropped for good by their ``del``."""
+                from torch._inductor.dependencies import StarDep
+                from torch._inductor.utils import is_nonfreeable_buffers
+
+                return not is_nonfreeable_buffers(StarDep(name))
+
+            def storage_bytes(node) -> int:
+                layout = node.maybe_get_output_spec()
+                if not isinstance(layout, ir.Layout):
+                    return 0  # a multi-output kernel's tuple: its children carry the bytes
+                return int(V.graph.sizevars.optimization_hint(
+                    layout.storage_size() * node.get_dtype().itemsize, fallback=0))
+
+            foreign = (wrapper_mod.ExternKernelAllocLine, wrapper_mod.ExternKernelOutLine,
+                       wrapper_mod.ExternKernelMultiOutLine, wrapper_mod.IndexPutFallbackLine,
+                       wrapper_mod.ScatterFallbackLine)
             timestep, first, last, nbytes = 0, {}, {}, {}
             previous_was_planning = False
             for line in lines:
@@ -190,21 +220,30 @@ def _planner_class():
                 if is_planning and not previous_was_planning:
                     timestep += 1
                 previous_was_planning = is_planning
-                if isinstance(line, mp.AllocateLine):
+                if isinstance(line, foreign) or (isinstance(line, str) and is_foreign_call(line)):
+                    self.foreign_steps.add(timestep)
+                if isinstance(line, (mp.AllocateLine, wrapper_mod.ExternKernelAllocLine)):
                     name = line.node.get_name()
-                    first[name] = timestep
-                    nbytes[name] = int(V.graph.sizevars.optimization_hint(
-                        line.node.get_layout().storage_size() * line.node.get_dtype().itemsize, fallback=0))
+                    first[name], nbytes[name] = timestep, storage_bytes(line.node)
+                elif isinstance(line, wrapper_mod.MultiOutputLine):
+                    name = line.result_name
+                    first[name], nbytes[name] = timestep, storage_bytes(V.graph.get_buffer(name))
                 elif isinstance(line, mp.ReuseLine) and line.node.get_name() in first:
                     root = line.node.get_name()
                     first[line.reused_as.get_name()] = first.pop(root)
                     nbytes[line.reused_as.get_name()] = nbytes.pop(root)
                 elif isinstance(line, mp.FreeIfNotReusedLine) and line.node.get_name() in first:
                     last[line.node.get_name()] = timestep
+                elif isinstance(line, wrapper_mod.FreeLine) and isinstance(line.node, ir.InputBuffer):
+                    if freed_by_graph(line.node.get_name()):  # after this timestep's kernels ran
+                        self.individual_timesteps.append((0, timestep + 1, storage_bytes(line.node)))
+                elif isinstance(line, wrapper_mod.FreeLine) and line.node.get_name() in first:
+                    last[line.node.get_name()] = timestep + 1
             self.last_timestep = timestep + 1
             for name, begin in first.items():
-                self.individual_timesteps.append((begin, max(last.get(name, self.last_timestep), begin + 1),
-                                                  nbytes[name]))
+                if nbytes[name]:
+                    self.individual_timesteps.append((begin, max(last.get(name, self.last_timestep), begin + 1),
+                                                      nbytes[name]))
 
         def allocate_groups(self) -> None:
             import sympy
@@ -222,7 +261,7 @@ def _planner_class():
             names = [g.names[0] for g in groups]
             nbytes = [g.allocation.size_hint for g in groups]
             layouts = [plan_pools(starts, ends, sizes, devices, self.individual_timesteps, self.last_timestep, names,
-                                  nbytes, touching) for touching in (True, False)]
+                                  nbytes, touching, sorted(self.foreign_steps)) for touching in (True, False)]
             pools = min(layouts, key=lambda p: (p.estimated_peak, len(p.pools) + len(p.individual)))
             for k, pool_plan in enumerate(pools.pools):
                 members = pool_plan.members
@@ -335,17 +374,46 @@ def _replayed_peak(horizon: int, individual: Sequence[tuple[int, int, int]], poo
     return best, at
 
 
+def is_foreign_call(line: str) -> bool:
+    """Whether a raw wrapper line may call code other than Inductor's kernels (which allocate nothing)."""
+    text = line.strip()
+    return bool(text) and "(" in text and not text.startswith(("assert", "del ", "#"))
+
+
+def _pooled_excess(step: int, pools: Sequence[PoolPlan], starts: Sequence[int], ends: Sequence[int],
+                   sizes: Sequence[int]) -> int:
+    """Bytes the pools live at ``step`` hold beyond their members live at ``step`` (aligned sizes)."""
+    excess = 0
+    for pool in pools:
+        members = pool.members
+        if min(starts[i] for i in members) <= step < max(ends[i] for i in members):
+            excess += pool.plan.slab_bytes - sum(sizes[i] for i in members if starts[i] <= step < ends[i])
+    return excess
+
+
 def plan_pools(starts: Sequence[int], ends: Sequence[int], sizes: Sequence[int], devices: Sequence[str],
                outside: Sequence[tuple[int, int, int]], horizon: int, names: Sequence[str] | None = None,
-               nbytes: Sequence[int] | None = None, touching: bool = False) -> PoolLayout:
+               nbytes: Sequence[int] | None = None, touching: bool = False,
+               foreign_steps: Sequence[int] = ()) -> PoolLayout:
     """Pools over time for groups with half-open lifetimes and aligned sizes, never peaking above stock.
 
     ``outside``: ``(begin, end, bytes)`` of the allocations that stay
-    individual whatever we do (graph outputs). ``nbytes``: what each group
-    asks the allocator for on its own (default: its aligned size). The
-    replayed stock peak is every group allocated one by one; groups leave
-    the pools (largest first, from the largest pool live at the worst
-    timestep) until the pooled layout's replayed peak is no higher.
+    individual whatever we do (graph outputs, extern kernels' outputs, inputs
+    freed part-way). ``nbytes``: what each group asks the allocator for on
+    its own (default: its aligned size). The replayed stock peak is every
+    group allocated one by one. Two rules, and groups leave the pools until
+    both hold:
+
+    * the pooled layout's replayed peak is no higher than stock's;
+    * at each of ``foreign_steps`` (timesteps where an extern kernel or
+      fallback runs, which may allocate scratch memory the replay cannot
+      see), the pools hold no byte beyond their members live there, so
+      whatever that code allocates lands on top of no more than stock holds
+      at the same moment.
+
+    The group leaving is the largest one not live at the violating step (the
+    bytes held for nothing), else the largest of the largest pool live there.
+    With no pool left it is stock allocation, so this ends.
     ``touching`` goes to :func:`chained_components`.
     """
     n = len(sizes)
@@ -355,20 +423,30 @@ def plan_pools(starts: Sequence[int], ends: Sequence[int], sizes: Sequence[int],
     stock, _ = _replayed_peak(horizon, outside, singles)
     pooled = [i for i in range(n) if sizes[i] > 0]
     individual = [i for i in range(n) if sizes[i] <= 0]
+    packed: dict[tuple[int, ...], SlabPlan] = {}
     while True:
         pools = []
         for device in sorted({devices[i] for i in pooled}):
             on_device = [i for i in pooled if devices[i] == device]
             for part in chained_components(on_device, starts, ends, touching):
-                pools.append(PoolPlan(part, pack_pool(part, starts, ends, sizes, names)))
+                key = tuple(part)
+                if key not in packed:
+                    packed[key] = pack_pool(part, starts, ends, sizes, names)
+                pools.append(PoolPlan(part, packed[key]))
         spans = [(min(starts[i] for i in p.members), max(ends[i] for i in p.members), p.plan.slab_bytes)
                  for p in pools]
         peak, at = _replayed_peak(horizon, [*outside, *(singles[i] for i in individual)], spans)
-        if peak <= stock or not pools:
+        if peak <= stock:
+            at = next((t for t in foreign_steps if _pooled_excess(t, pools, starts, ends, sizes) > 0), None)
+        if at is None or not pools:
             return PoolLayout(pools, individual, peak, stock)
         live = [k for k, (b, e, _) in enumerate(spans) if b <= at < e]
-        worst = max(live or range(len(pools)), key=lambda k: (spans[k][2], -k))
-        leaving = max(pools[worst].members, key=lambda i: (sizes[i], -i))
+        idle = [i for k in live for i in pools[k].members if not starts[i] <= at < ends[i]]
+        if idle:
+            leaving = max(idle, key=lambda i: (sizes[i], -i))
+        else:
+            worst = max(live or range(len(pools)), key=lambda k: (spans[k][2], -k))
+            leaving = max(pools[worst].members, key=lambda i: (sizes[i], -i))
         pooled.remove(leaving)
         individual.append(leaving)
 
