@@ -36,8 +36,8 @@ from .graph import BufferSpec, Graph, InputSpec, NodeSpec, build_graph
 from .timeline import Timeline, estimate_peak_memory
 
 __all__ = [
-    "FusionCheck", "PeakProfile", "fused_graph", "fusion_groups", "fusion_peak", "ranked_order", "removable_buffers",
-    "should_block", "window_order",
+    "CONFIRM_METHODS", "FusionCheck", "PeakProfile", "fused_graph", "fusion_groups", "fusion_peak", "ranked_order",
+    "removable_buffers", "reordered_fusion_peak", "should_block", "window_order",
 ]
 
 
@@ -257,6 +257,32 @@ def fusion_peak(profile: PeakProfile, first: int, second: int) -> FusionCheck | 
         window_peak = cur if window_peak is None else max(window_peak, cur)
     fused = max(profile.before[lo], window_peak, profile.after[hi])
     return FusionCheck(profile.timeline.peak, fused, work)
+
+
+#: The methods that confirm a rise before a fusion is blocked: the reorder pass's own, less ``exact``
+#: (its state budget is the expensive part, and ``refine`` already recovers what reordering can).
+CONFIRM_METHODS: tuple[str, ...] = ("lpmf", "bfs", "dfs", "refine")
+
+
+def reordered_fusion_peak(graph: Graph, first: int, second: int, best_peak: int,
+                          methods: Sequence[str] = CONFIRM_METHODS) -> FusionCheck | None:
+    """The rise a fusion causes once both graphs are reordered: the check that confirms a block.
+
+    :func:`fusion_peak` judges the current order, but the reorder pass runs
+    after fusion and may find an order of the fused graph that avoids the
+    rise; blocking then costs a kernel for nothing. This is the lowest peak
+    our ``methods`` find for ``graph`` with ``first`` and ``second`` fused,
+    against ``best_peak`` (theirs for ``graph`` itself, computed once per node
+    list by the caller). None when the fusion would make a cycle.
+    """
+    from .schedulers import reorder_for_peak_memory
+
+    groups = fusion_groups(graph, first, second)
+    if groups is None:
+        return None
+    fused = fused_graph(graph, groups)
+    peak = reorder_for_peak_memory(fused, methods).peak
+    return FusionCheck(best_peak, peak, len(methods) * (fused.num_nodes + fused.num_edges))
 
 
 def should_block(check: FusionCheck, slack_bytes: int = 0, slack_fraction: float = 0.0) -> bool:

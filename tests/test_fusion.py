@@ -3,11 +3,12 @@
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from helpers import build, graph_specs
+from helpers import all_topological_orders, build, graph_specs
 
 from reorder import BufferSpec, InputSpec, NodeSpec, build_graph, estimate_peak_memory
-from reorder.fusion import (PeakProfile, fused_graph, fusion_groups, fusion_peak, ranked_order, should_block,
-                            window_order)
+from reorder.fusion import (CONFIRM_METHODS, PeakProfile, fused_graph, fusion_groups, fusion_peak, ranked_order,
+                            reordered_fusion_peak, should_block, window_order)
+from reorder.schedulers import reorder_for_peak_memory
 
 MB = 1 << 20
 
@@ -127,3 +128,43 @@ def test_ranked_order_follows_the_ranks_within_the_dependencies():
     # mm0 and mm2 fused run where mm2 ran: after mm1, which had run between them.
     groups = [[0, 4], [1], [2], [3], [5]]
     assert ranked_order(graph, groups, range(6)) == [2, 0, 1, 3, 4]
+
+
+def test_a_rise_the_reorder_pass_undoes_is_not_confirmed():
+    # in the best order, fusing n2 (reads b0) with n3's split keeps b0 (560 B) alive 16 bytes too high;
+    # reordering the fused graph finds an order at the unfused peak, so the guard must not block it
+    nodes = [NodeSpec("n0", [BufferSpec("b0", 560)], reads=["in1", "in2", "in0"]),
+             NodeSpec("n1", [BufferSpec("b1", 592)], reads=["in2", "in1", "in0"]),
+             NodeSpec("n2", [BufferSpec("b2", 0)], reads=["b0"]),
+             NodeSpec("n3", [BufferSpec("b3", 0)], after=["n1", "n0"]),
+             NodeSpec("split_b2", [BufferSpec("b2_0", 16, parent="b2")], reads=["b2"]),
+             NodeSpec("split_b3", [BufferSpec("b3_0", 16, parent="b3")], reads=["b3"])]
+    inputs = [InputSpec("in0", 752, freeable=False), InputSpec("in1", 688, freeable=False), InputSpec("in2", 832)]
+    graph = build_graph(nodes, inputs, [])
+    best = reorder_for_peak_memory(graph, CONFIRM_METHODS)
+    graph = fused_graph(graph, [[v] for v in best.order])  # the guard's current list: the best order
+    window = fusion_peak(PeakProfile.of(graph), 2, 4)
+    assert window.rise > 0 and should_block(window)
+    confirmed = reordered_fusion_peak(graph, 2, 4, best.peak)
+    assert confirmed.peak == best.peak and confirmed.rise <= 0 and not should_block(confirmed)
+
+
+@settings(max_examples=100, deadline=None)
+@given(spec=graph_specs(max_nodes=7), pick=st.tuples(st.integers(0, 100), st.integers(0, 100)))
+def test_the_confirming_peak_lies_between_the_fused_optimum_and_the_window_order(spec, pick):
+    graph = build(spec)
+    n = graph.num_nodes
+    if n < 2:
+        return
+    first, second = pick[0] % n, pick[1] % n
+    if first == second:
+        second = (first + 1) % n
+    window = fusion_peak(PeakProfile.of(graph), first, second)
+    confirmed = reordered_fusion_peak(graph, first, second, 12345)
+    if window is None:
+        assert confirmed is None
+        return
+    assert confirmed.peak == 12345
+    fused = fused_graph(graph, fusion_groups(graph, first, second))
+    optimum = min(estimate_peak_memory(fused, order).peak for order in all_topological_orders(fused))
+    assert optimum <= confirmed.fused_peak <= window.fused_peak

@@ -25,6 +25,14 @@ reordered: in PR #157563's example Inductor lists every ``rand`` before the
 first add, so fusing the adds changes nothing there, yet it keeps the
 reorder pass from interleaving them.
 
+A rise in the current order is confirmed before anything is blocked: the
+reorder pass runs after fusion and may find an order of the fused list that
+avoids it (:func:`reorder.fusion.reordered_fusion_peak`: our methods on the
+fused list against their peak on the current one, computed once per list).
+Only a rise that survives reordering is blocked; the others are counted in
+the report as ``avoided_by_reordering``, since blocking them would cost a
+kernel for no memory.
+
 Promises: **never fail the compile** (any error in the guard allows the
 fusion, as stock would, with one WARNING on the ``reorder`` logger per
 guard); **deterministic** (the work is a count: window steps and rebuilt
@@ -41,7 +49,8 @@ import logging
 import time
 import weakref
 
-from ..fusion import PeakProfile, fused_graph, fusion_peak, ranked_order, should_block
+from ..fusion import (CONFIRM_METHODS, PeakProfile, fused_graph, fusion_peak, ranked_order, reordered_fusion_peak,
+                      should_block)
 from ..schedulers import reorder_for_peak_memory
 from .adapter import graph_from_scheduler
 from .reorder_pass import graph_being_compiled, reports, source_hash
@@ -63,8 +72,8 @@ class _SchedulerView:
     def __init__(self, scheduler):
         self.scheduler = weakref.ref(scheduler)
         self.graph_name = graph_being_compiled()
-        self.report = {"checks": 0, "blocked": [], "work": 0, "budget_exhausted": False, "rebuilds": 0,
-                       "seconds": 0.0}
+        self.report = {"checks": 0, "blocked": [], "avoided_by_reordering": 0, "work": 0,
+                       "budget_exhausted": False, "rebuilds": 0, "seconds": 0.0}
         reports.append({"graph": self.graph_name, "fusion_guard": self.report})
         self.base = None
         self.base_of_op: dict[str, int] = {}
@@ -73,6 +82,7 @@ class _SchedulerView:
         self.current: list = []  # held so that the ids in ``position`` stay theirs
         self.position: dict[int, int] = {}
         self.decided: dict[tuple[int, int], bool] = {}
+        self.best_peak: int | None = None  # our methods' lowest peak of the current list, once asked
         self.last_allowed = None
         self.failed = False
 
@@ -103,6 +113,7 @@ class _SchedulerView:
         self.current = current
         self.position = {id(current[i]): step for step, i in enumerate(order)}
         self.decided = {}
+        self.best_peak = None
         self.last_allowed = None
         self.report["rebuilds"] += 1
         return self.base.num_nodes + self.base.num_edges
@@ -189,6 +200,16 @@ class FusionGuard(_inductor_choices_base()):
             else:
                 report["work"] += check.work
                 allowed = not should_block(check, self.slack_bytes, self.slack_fraction)
+                if not allowed:  # confirm: does the rise survive the reorder pass that runs after fusion?
+                    graph = view.profile.graph
+                    if view.best_peak is None:
+                        view.best_peak = reorder_for_peak_memory(graph, CONFIRM_METHODS).peak
+                        report["work"] += len(CONFIRM_METHODS) * (graph.num_nodes + graph.num_edges)
+                    check = reordered_fusion_peak(graph, *key, view.best_peak)
+                    report["work"] += check.work
+                    allowed = not should_block(check, self.slack_bytes, self.slack_fraction)
+                    if allowed:
+                        report["avoided_by_reordering"] += 1
                 if not allowed:
                     names = [node1.get_name(), node2.get_name()]
                     if names not in [entry["nodes"] for entry in report["blocked"]]:
