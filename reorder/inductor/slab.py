@@ -28,15 +28,13 @@ emitted, which is ours) and replaces only the placement:
    restart budget), and each pool's plan is proved by
    :meth:`~reorder.planning.SlabPlan.validate` before a line is emitted.
 4. **Not above stock in the replay.** A pool holds its largest size over its whole
-   lifetime, while the individual allocations next to it (saved
-   activations above all) grow; so the planner replays the graph's bytes:
-   individual allocations plus the pools live at each batch, against the
-   same buffers allocated one by one. While the pooled layout peaks higher,
-   the largest group of the largest pool at the worst batch leaves the
-   pools (it becomes an individual allocation) and the pools are planned
-   again. With no pool left it is stock allocation, so this ends. The replay
-   counts the graph's own buffers, not its inputs freed part-way through, so
-   a training backward can still peak above stock (docs/inductor.md).
+   lifetime, while the allocations next to it come and go; so the planner
+   replays everything the wrapper allocates and frees (pools, individual
+   buffers, extern kernels' outputs, inputs whose ``del`` returns memory)
+   against the same buffers allocated one by one (:func:`plan_pools`). Groups
+   leave the pools while the pooled replay peaks higher, or while a pool
+   holds idle bytes at a step where an extern kernel runs (its scratch would
+   land on them).
 
 A graph we cannot plan (a buffer whose size is symbolic, as under
 ``dynamic=True``; the C++ wrapper; anything unexpected) keeps Inductor's
