@@ -90,8 +90,12 @@ def summary(row: dict) -> dict:
     out["slab_pool_bytes"] = sum(p["pool_bytes"] for p in plans) if plans else None
     out["slab_fallbacks"] = sum("fallback" in p for p in v.get("slab", {}).get("slab_plans", []))
     out["slab_worst_ratio"] = max((p["worst_ratio"] for p in plans), default=None)
+    out["slab_largest_pool_bytes"] = max((max(p["pools"], default=0) for p in plans), default=None)
+    out["slab_bound_bytes"] = max((p["bound"] for p in plans), default=None)
     guard = [g["fusion_guard"] for g in v.get("guard", {}).get("fusion_guard", [])]
     out["guard_blocked"] = sum(len(g["blocked"]) for g in guard)
+    out["guard_avoided_by_reordering"] = sum(g.get("avoided_by_reordering", 0) for g in guard)
+    out["guard_estimate"] = largest_estimate(v.get("guard", {}).get("graphs", []), "ours")
     out["guard_seconds"] = round(sum(g.get("seconds", 0.0) for g in guard), 3)
     diffs = row["difference_to_stock"]
     out["max_difference_to_stock"] = max((d for v, d in diffs.items() if v in COMPILED and d is not None), default=None)
@@ -217,7 +221,8 @@ def write_report(folder: Path) -> None:
               "Largest graph of the step (Inductor's live-bytes model): Inductor's own order (baseline), the best "
               "of Inductor's methods, and ours; the optimum column is the solver's proven minimum (or certified bound) of that graph, recorded by "
               "`python -m benchmarks.optimum benchmarks/real/graphs/bench/*`. "
-              "Compile seconds are the first call minus a steady call.", "",
+              "Compile seconds are the first two calls minus two steady calls (a second call may still compile); step "
+              "seconds are the median of three later calls.", "",
               "| model | mode | graphs | Inductor baseline | Inductor best | ours | optimum | stock real | our pass s | "
               "compile s stock / hook / slab / guard | allocations stock / slab | slab pool MB | guard blocked | guard s |",
               "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|"]
@@ -228,6 +233,37 @@ def write_report(folder: Path) -> None:
                      + " / ".join(str(r.get(f"{v}_compile_seconds", "")) for v in ("stock", "hook", "slab", "guard"))
                      + f" | {r.get('stock_allocations')} / {r.get('slab_allocations')} | {_mb(r['slab_pool_bytes'])} | "
                      f"{r['guard_blocked']} | {r['guard_seconds']} |")
+    lines += ["", "## Slab (`use(slab=True)`)", "",
+              "Real peaks of the slab against stock, against our hook without pools, and Inductor's own pools against "
+              "stock (inference only). Largest pool: the biggest pool of any graph (pools of a graph never coexist), "
+              "against the largest live bytes of the buffers pooled (no layout of them is smaller). Allocations: "
+              "allocator calls in one step. Compile added: slab compile seconds minus hook compile seconds.", "",
+              "| model | mode | slab/stock | slab/hook | pools/stock | largest pool MB | live-bytes bound MB | "
+              "allocations stock / slab | compile added s |", "|---|---|---:|---:|---:|---:|---:|---|---:|"]
+    for r in records:
+        if r.get("slab_real_peak") is None:
+            continue
+        added = (round(r["slab_compile_seconds"] - r["hook_compile_seconds"], 1)
+                 if r.get("hook_compile_seconds") is not None else "")
+        lines.append(f"| {r['model']} | {r['mode']} | {_ratio(r['slab_real_peak'], r['stock_real_peak'])} | "
+                     f"{_ratio(r['slab_real_peak'], r.get('hook_real_peak'))} | "
+                     f"{_ratio(r.get('memory_planning_real_peak'), r['stock_real_peak'])} | "
+                     f"{_mb(r['slab_largest_pool_bytes'])} | {_mb(r['slab_bound_bytes'])} | "
+                     f"{r.get('stock_allocations')} / {r.get('slab_allocations')} | {added} |")
+    lines += ["", "## Fusion guard (`use(fusion_guard=True)`)", "",
+              "Fusions blocked (a rise beyond the slack that survives reordering) and rises the reorder pass undoes "
+              "(allowed); the largest graph estimate and the real peak with our hook alone and with the guard; step "
+              "seconds of stock and of the guard, measured side by side in the same process (the median of three "
+              "calls; this machine is shared, so ratios near 1 are noise); the guard's own seconds.", "",
+              "| model | mode | blocked | avoided by reordering | estimate MB hook -> guard | real MB hook -> guard | "
+              "step s stock / guard | guard s |", "|---|---|---:|---:|---|---|---|---:|"]
+    for r in records:
+        if r.get("guard_real_peak") is None:
+            continue
+        lines.append(f"| {r['model']} | {r['mode']} | {r['guard_blocked']} | {r['guard_avoided_by_reordering']} | "
+                     f"{_mb(r['our_estimate'])} -> {_mb(r['guard_estimate'])} | "
+                     f"{_mb(r.get('hook_real_peak'))} -> {_mb(r['guard_real_peak'])} | "
+                     f"{r.get('stock_step_seconds')} / {r.get('guard_step_seconds')} | {r['guard_seconds']} |")
     lines += ["", "## Beside PyTorch PR #134874", "",
               "The PR's table form (model, batch, peak baseline, peak new, ratio), training step, here with stock "
               "Inductor as the baseline and our hook as new, both measured.", "",
