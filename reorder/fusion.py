@@ -168,7 +168,9 @@ class PeakProfile:
 
     ``timeline`` is :func:`~reorder.timeline.estimate_peak_memory` of the
     graph in its own order; ``before[t]`` is the highest live value at steps
-    ``< t`` and ``after[t]`` the highest at steps ``> t`` (0 where none).
+    ``< t`` and ``after[t]`` the highest at steps ``> t`` (0 where none);
+    ``ending[t]`` the buffers freed after step ``t`` (a window must see those
+    with no reader in it too, such as an input nobody reads).
     """
 
     graph: Graph
@@ -176,6 +178,7 @@ class PeakProfile:
     before: tuple[int, ...]
     after: tuple[int, ...]
     removable: tuple[bool, ...]
+    ending: tuple[tuple[int, ...], ...]
 
     @classmethod
     def of(cls, graph: Graph) -> "PeakProfile":
@@ -187,7 +190,12 @@ class PeakProfile:
         after = [0] * len(live)
         for t in range(len(live) - 2, -1, -1):
             after[t] = max(after[t + 1], live[t + 1])
-        return cls(graph, timeline, tuple(before), tuple(after), removable_buffers(graph))
+        ending = [[] for _ in live]
+        for b, end in enumerate(timeline.lifetimes.end):
+            if end is not None and 0 <= end < len(live):
+                ending[end].append(b)
+        return cls(graph, timeline, tuple(before), tuple(after), removable_buffers(graph),
+                   tuple(map(tuple, ending)))
 
 
 @dataclass(frozen=True)
@@ -223,7 +231,8 @@ def fusion_peak(profile: PeakProfile, first: int, second: int) -> FusionCheck | 
     new_step = {v: lo + i for i, v in enumerate(window)}
     new_step[hi] = new_step[lo]
     # Buffers whose lifetime may change: the window's outputs and reads.
-    touched = dict.fromkeys(b for v in range(lo, hi + 1) for b in (*graph.outputs[v], *graph.reads[v]))
+    touched = dict.fromkeys(b for v in range(lo, hi + 1)
+                            for b in (*graph.outputs[v], *graph.reads[v], *profile.ending[v]))
     work = width + len(touched)
     steps = hi - lo  # the window has one step fewer after the fusion
     delta = [0] * (steps + 1)
@@ -245,7 +254,8 @@ def fusion_peak(profile: PeakProfile, first: int, second: int) -> FusionCheck | 
         if end is None or end > hi:
             new_end = None  # alive past the window
         else:
-            new_end = max((new_step[r] - lo for r in readers if lo <= r <= hi), default=new_start)
+            unread = new_step[end] - lo if lo <= end <= hi else new_start  # where it dies with no reader here
+            new_end = max((new_step[r] - lo for r in readers if lo <= r <= hi), default=unread)
             new_end = max(new_end, new_start)
         delta[max(new_start, 0)] += graph.size_alloc[b]
         if new_end is not None:
