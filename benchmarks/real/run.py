@@ -64,7 +64,7 @@ def _thin(curve: tuple, points: int = CURVE_POINTS) -> list[list[float]]:
 
 
 def run_variant(base: torch.nn.Module, inputs: dict, mode: str, variant: Variant,
-                capture_dir: Path | None = None) -> tuple[dict, list[torch.Tensor]]:
+                capture_dir: Path | None = None, steady_calls: int = STEADY_CALLS) -> tuple[dict, list[torch.Tensor]]:
     """Compile (or not), check, time and measure one variant; returns its record and its outputs (+ gradients)."""
     from reorder import inductor
     from reorder.inductor import slab
@@ -105,7 +105,7 @@ def run_variant(base: torch.nn.Module, inputs: dict, mode: str, variant: Variant
     step()  # a second call may still compile (a guard failing after the first step's side effects)
     second_seconds = time.perf_counter() - t0
     times = []
-    for _ in range(STEADY_CALLS):
+    for _ in range(steady_calls):
         if train:
             optimizer.zero_grad(set_to_none=True)
         t0 = time.perf_counter()
@@ -170,7 +170,8 @@ def run_case(name: str, size: str, mode: str, variants: tuple[Variant, ...] = VA
         if mode == "train" and not variant.training:
             continue
         row["variants"][variant.name], outputs[variant.name] = run_variant(
-            base, inputs, mode, variant, capture_dir if variant.name == "hook" else None)
+            base, inputs, mode, variant, capture_dir if variant.name == "hook" else None,
+            steady_calls=STEADY_CALLS if size == "bench" else 1)  # full depth: estimates first, steps are long
     if "stock" in outputs:
         for other, values in outputs.items():
             if other != "stock":
