@@ -200,6 +200,15 @@ def captured_row(directory: Path) -> str:
             f"not measured |  |  |")
 
 
+def _section(title: str, text: str, columns: list[str], records: list[dict], cells) -> list[str]:
+    """A report section: a heading, its explanation and one table row per record (model, mode, then ``cells``)."""
+    lines = ["", f"## {title}", "", text, "", "| model | mode | " + " | ".join(columns) + " |",
+             "|---|---|" + "---:|" * len(columns)]
+    for r in records:
+        lines.append(f"| {r['model']} | {r['mode']} | " + " | ".join(str(c) for c in cells(r)) + " |")
+    return lines
+
+
 def write_report(folder: Path) -> None:
     rows = [json.loads(p.read_text()) for p in sorted(folder.glob("*_*.json")) if p.name != "summary.json"]
     if not rows:
@@ -255,37 +264,33 @@ def write_report(folder: Path) -> None:
                      + " / ".join(str(r.get(f"{v}_compile_seconds", "")) for v in ("stock", "hook", "slab", "guard"))
                      + f" | {r.get('stock_allocations')} / {r.get('slab_allocations')} | {_mb(r['slab_pool_bytes'])} | "
                      f"{r['guard_blocked']} | {r['guard_seconds']} |")
-    lines += ["", "## Slab (`use(slab=True)`)", "",
-              "Real peaks of the slab against stock, against our hook without pools, and Inductor's own pools against "
-              "stock (inference only). Largest pool: the biggest pool of any graph (pools of a graph never coexist), "
-              "against the largest live bytes of the buffers pooled (no layout of them is smaller). Allocations: "
-              "allocator calls in one step. Compile added: slab compile seconds minus hook compile seconds.", "",
-              "| model | mode | slab/stock | slab/hook | pools/stock | largest pool MB | live-bytes bound MB | "
-              "allocations stock / slab | compile added s |", "|---|---|---:|---:|---:|---:|---:|---|---:|"]
-    for r in records:
-        if r.get("slab_real_peak") is None:
-            continue
-        added = (round(r["slab_compile_seconds"] - r["hook_compile_seconds"], 1)
-                 if r.get("hook_compile_seconds") is not None else "")
-        lines.append(f"| {r['model']} | {r['mode']} | {_ratio(r['slab_real_peak'], r['stock_real_peak'])} | "
-                     f"{_ratio(r['slab_real_peak'], r.get('hook_real_peak'))} | "
-                     f"{_ratio(r.get('memory_planning_real_peak'), r['stock_real_peak'])} | "
-                     f"{_mb(r['slab_largest_pool_bytes'])} | {_mb(r['slab_bound_bytes'])} | "
-                     f"{r.get('stock_allocations')} / {r.get('slab_allocations')} | {added} |")
-    lines += ["", "## Fusion guard (`use(fusion_guard=True)`)", "",
-              "Fusions blocked (a rise beyond the slack that survives reordering) and rises the reorder pass undoes "
-              "(allowed); the largest graph estimate and the real peak with our hook alone and with the guard; step "
-              "seconds of stock and of the guard, measured side by side in the same process (the median of three "
-              "calls; this machine is shared, so ratios near 1 are noise); the guard's own seconds.", "",
-              "| model | mode | blocked | avoided by reordering | estimate MB hook -> guard | real MB hook -> guard | "
-              "step s stock / guard | guard s |", "|---|---|---:|---:|---|---|---|---:|"]
-    for r in records:
-        if r.get("guard_real_peak") is None:
-            continue
-        lines.append(f"| {r['model']} | {r['mode']} | {r['guard_blocked']} | {r['guard_avoided_by_reordering']} | "
-                     f"{_mb(r['our_estimate'])} -> {_mb(r['guard_estimate'])} | "
-                     f"{_mb(r.get('hook_real_peak'))} -> {_mb(r['guard_real_peak'])} | "
-                     f"{r.get('stock_step_seconds')} / {r.get('guard_step_seconds')} | {r['guard_seconds']} |")
+    lines += _section(
+        "Slab (`use(slab=True)`)",
+        "Real peaks of the slab against stock, against our hook without pools, and Inductor's own pools against "
+        "stock (inference only). Largest pool: the biggest pool of any graph (pools of a graph never coexist), "
+        "against the largest live bytes of the buffers pooled (no layout of them is smaller). Allocations: "
+        "allocator calls in one step. Compile added: slab compile seconds minus hook compile seconds.",
+        ["slab/stock", "slab/hook", "pools/stock", "largest pool MB", "live-bytes bound MB",
+         "allocations stock / slab", "compile added s"],
+        [r for r in records if r.get("slab_real_peak") is not None],
+        lambda r: [_ratio(r["slab_real_peak"], r["stock_real_peak"]), _ratio(r["slab_real_peak"], r.get("hook_real_peak")),
+                   _ratio(r.get("memory_planning_real_peak"), r["stock_real_peak"]), _mb(r["slab_largest_pool_bytes"]),
+                   _mb(r["slab_bound_bytes"]), f"{r.get('stock_allocations')} / {r.get('slab_allocations')}",
+                   (round(r["slab_compile_seconds"] - r["hook_compile_seconds"], 1)
+                    if r.get("hook_compile_seconds") is not None else "")])
+    lines += _section(
+        "Fusion guard (`use(fusion_guard=True)`)",
+        "Fusions blocked (a rise beyond the slack that survives reordering) and rises the reorder pass undoes "
+        "(allowed); the largest graph estimate and the real peak with our hook alone and with the guard; step "
+        "seconds of stock and of the guard, measured side by side in the same process (the median of three "
+        "calls; this machine is shared, so ratios near 1 are noise); the guard's own seconds.",
+        ["blocked", "avoided by reordering", "estimate MB hook -> guard", "real MB hook -> guard",
+         "step s stock / guard", "guard s"],
+        [r for r in records if r.get("guard_real_peak") is not None],
+        lambda r: [r["guard_blocked"], r["guard_avoided_by_reordering"],
+                   f"{_mb(r['our_estimate'])} -> {_mb(r['guard_estimate'])}",
+                   f"{_mb(r.get('hook_real_peak'))} -> {_mb(r['guard_real_peak'])}",
+                   f"{r.get('stock_step_seconds')} / {r.get('guard_step_seconds')}", r["guard_seconds"]])
     lines += ["", "## Beside PyTorch PR #134874", "",
               "The PR's table form (model, batch, peak baseline, peak new, ratio), training step, here with stock "
               "Inductor as the baseline and our hook as new, both measured.", "",
