@@ -140,11 +140,11 @@ ALLOCATION = re.compile(r"^\s*\w+ = empty_strided_cpu\(", re.M)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, training", [("residual", False), ("residual", True), ("inception", True),
-                                            ("transformer", True)])
+@pytest.mark.parametrize("name, training", [("residual", False), ("residual", True), ("inception", False),
+                                            ("inception", True), ("transformer", False), ("transformer", True)])
 def test_compiled_code_runs_in_our_pools_with_stock_results_and_allocations(name, training, fresh_compiles):
-    """A training step compiles a forward graph (an inference-like graph whose saved activations are outputs)
-    and a backward graph, so these four cover inference and training for every block."""
+    """Every block in inference and in a training step (a forward graph, whose saved activations are
+    outputs, and a backward graph)."""
     from torch._inductor.utils import run_and_get_code
 
     model, x = tiny(name)
