@@ -1,11 +1,13 @@
 """Prove the minimum peak of every bundled and captured graph, and record it next to the graph.
 
     python -m benchmarks.optimum [FOLDER ...] [--effort 40] [--workers 1] [--max-nodes 400] [--again]
+                                 [--search-states 1000000] [--accept-gap 0.01]
     python -m benchmarks.optimum [FOLDER ...] --joint [--effort 20] [--max-nodes 60]
 
 For each graph file of up to ``--max-nodes`` nodes: the default pass
 (:data:`~reorder.schedulers.DEFAULT_METHODS`), then the ``optimal`` method
-(CP-SAT) warm-started from its order with ``--effort`` deterministic time.
+from its order: the exact peak search (``--search-states``), then, only if
+that proves nothing, CP-SAT with ``--effort`` deterministic time.
 The result (best peak, proven bound, proven or not, solve seconds) goes into
 the folder's ``optima.json`` (:mod:`reorder.optima`) after every graph, so an
 interrupted run keeps what it proved; graphs already recorded with the same
@@ -35,15 +37,18 @@ from reorder.timeline import estimate_peak_memory
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = [ROOT / "reorder" / "data" / "graphs", ROOT / "benchmarks" / "graphs" / "b2",
-           *sorted(p for p in (ROOT / "benchmarks" / "real" / "graphs" / "bench").glob("*") if p.is_dir())]
+           *sorted(p for size in ("bench", "full") for p in (ROOT / "benchmarks" / "real" / "graphs" / size).glob("*")
+                   if p.is_dir())]
 
 
-def solve(path: Path, effort: float, workers: int) -> Optimum:
-    """The default pass, then the solver from its order: one :class:`~reorder.optima.Optimum`."""
+def solve(path: Path, effort: float, workers: int, search_states: int = Optimal.search_states,
+          accept_gap: float = 0.0) -> Optimum:
+    """The default pass, then the ``optimal`` method from its order: one :class:`~reorder.optima.Optimum`."""
     graph = load_graph(path)
     default = reorder_for_peak_memory(graph)
     started = time.perf_counter()
-    outcome = Optimal(effort=effort, workers=workers).run(graph, default.order)
+    outcome = Optimal(effort=effort, workers=workers, search_states=search_states,
+                      accept_gap=accept_gap).run(graph, default.order)
     seconds = time.perf_counter() - started
     peak = min(default.peak, estimate_peak_memory(graph, outcome.order).peak)
     bound = peak if outcome.optimal else max(default.lower_bound, outcome.bound or 0)
@@ -91,6 +96,10 @@ def main() -> None:
     parser.add_argument("folders", nargs="*", type=Path, default=FOLDERS)
     parser.add_argument("--effort", type=float, default=40.0, help="CP-SAT deterministic time per graph")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--search-states", type=int, default=Optimal.search_states,
+                        help="sets the exact peak search may see before CP-SAT (and again to certify a bound)")
+    parser.add_argument("--accept-gap", type=float, default=0.0,
+                        help="skip CP-SAT when the search certifies a gap at most this fraction (0: never)")
     parser.add_argument("--max-nodes", type=int, default=400)
     parser.add_argument("--again", action="store_true", help="solve graphs already recorded with these options")
     parser.add_argument("--markdown", action="store_true", help="print the table as markdown")
@@ -108,7 +117,7 @@ def main() -> None:
             if known is None or args.again or (known.effort, known.workers) != (args.effort, args.workers):
                 if load_graph(path).num_nodes > args.max_nodes:
                     continue
-                optima[path.stem] = solve(path, args.effort, args.workers)
+                optima[path.stem] = solve(path, args.effort, args.workers, args.search_states, args.accept_gap)
                 save_optima(folder, optima)
                 print(f"{folder.name}/{path.stem}: {optima[path.stem]}", flush=True)
         everything.update({f"{folder.name}/{name}": o for name, o in optima.items()})

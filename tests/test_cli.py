@@ -52,7 +52,7 @@ def test_optimize_with_methods(capsys):
 
 def test_optimize_table(capsys):
     code, out, _ = run(capsys, "optimize", str(GRAPHS / "vgg16_train_1.json"))
-    assert code == 0 and "best: refine" in out and "method" in out.splitlines()[1]
+    assert code == 0 and "best: exact" in out and "(optimal)" in out and "method" in out.splitlines()[1]
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -3,6 +3,7 @@
     python -m benchmarks.real [--models A,B] [--modes infer,train] [--again] [--report-only]
     python -m benchmarks.real --size full --variants hook   # full depth, at the estimate level
     python -m benchmarks.real --models A --variants stock,slab --again   # rerun some variants of a cached row
+    python -m benchmarks.real --size full --models A --modes train --capture-only   # graphs and estimates only
 
 A rerun of some ``--variants`` replaces those variants in the cached row and keeps the others.
 
@@ -47,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", help=f"comma-separated subset of {', '.join(v.name for v in VARIANTS)}")
     parser.add_argument("--again", action="store_true", help="rerun rows that are cached")
     parser.add_argument("--report-only", action="store_true", help="only rebuild the report from the cache")
+    parser.add_argument("--capture-only", action="store_true",
+                        help="compile and run one step under the hook, write its graphs (the estimate level); "
+                             "no timing, no real peak")
     args = parser.parse_args(argv)
     models = args.models.split(",") if args.models else list(MODELS)
     unknown = [m for m in models if m not in MODELS]
@@ -55,7 +59,18 @@ def main(argv: list[str] | None = None) -> int:
     variants = VARIANTS if not args.variants else tuple(v for v in VARIANTS if v.name in args.variants.split(","))
     folder = RESULTS / args.size
     folder.mkdir(parents=True, exist_ok=True)
-    if not args.report_only:
+    if args.capture_only:
+        from .run import capture_case
+
+        for model in models:
+            for mode in args.modes.split(","):
+                directory = GRAPHS.parent / args.size / f"{model}_{mode}"
+                t0 = time.perf_counter()
+                print(f"capturing {model} {mode} ({args.size}) ...", file=sys.stderr, flush=True)
+                graphs = capture_case(model, args.size, mode, directory)
+                print(f"    {time.perf_counter() - t0:.0f}s  {len(graphs)} graphs in {directory}", file=sys.stderr,
+                      flush=True)
+    elif not args.report_only:
         from .run import run_case
 
         cases = [(m, mode) for m in models for mode in args.modes.split(",")]

@@ -63,7 +63,8 @@ def _optimum_of_largest(row: dict, graphs: list[dict]) -> str:
     if not captured:
         return ""
     largest = max(captured, key=lambda g: g["peak"])
-    optimum = optimum_for(GRAPHS / f"{row['model']}_{row['mode']}" / Path(largest["captured"]).name)
+    optimum = optimum_for(GRAPHS.parent / row.get("size", "bench") / f"{row['model']}_{row['mode']}"
+                          / Path(largest["captured"]).name)
     return optimum.column() if optimum else ""
 
 
@@ -166,38 +167,42 @@ def full_depth_section(folder: Path) -> list[str]:
     lines = ["## Full depth (the published configurations, batch 8)", "",
              "Compiled once with the hook (`python -m benchmarks.real --size full --variants hook`); per step, the "
              "largest graph's estimates and the step's measured real peak under the hook.", "",
-             "| model | mode | parameters MB | graphs | Inductor baseline | Inductor best | ours | hook real peak | our pass s | compile s |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| model | mode | parameters MB | graphs | Inductor baseline | Inductor best | ours | optimum | hook real peak | "
+             "our pass s | compile s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         hook = row["variants"]["hook"]
         graphs = hook["graphs"]
         lines.append(f"| {row['model']} | {row['mode']} | {_mb(row['parameter_bytes'])} | {len(graphs)} | "
                      f"{_mb(largest_estimate(graphs, 'inductor_baseline'))} | {_mb(largest_estimate(graphs, 'inductor_best'))} | "
-                     f"{_mb(largest_estimate(graphs, 'ours'))} | {_mb(hook['real_peak'])} | "
+                     f"{_mb(largest_estimate(graphs, 'ours'))} | {_optimum_of_largest(row, graphs)} | {_mb(hook['real_peak'])} | "
                      f"{sum(g.get('seconds', 0.0) for g in graphs):.2f} | {hook['compile_seconds']:.0f} |")
     measured = {f"{row['model']}_{row['mode']}" for row in rows}
     captured_only = [d for d in sorted(GRAPHS.parent.joinpath("full").glob("*_*")) if d.name not in measured]
     for directory in captured_only:
         lines.append(captured_row(directory))
     if captured_only:
-        lines += ["", "Rows with no real peak were compiled and captured (graphs and Inductor's figures), but their "
-                  "steps did not finish within the run's time limit on this machine; their estimates come from the "
-                  "captured graphs (ours: our default methods on them)."]
+        lines += ["", "Rows with no real peak were compiled and captured (graphs and Inductor's figures: "
+                  "`python -m benchmarks.real --size full --modes train --models M --capture-only`, one step under "
+                  "the hook), but timing and metering their steps under the hook did not fit in the run's time on "
+                  "this machine; their estimates come from the captured graphs (ours: our default methods on them)."]
     return lines + [""]
 
 
 def captured_row(directory: Path) -> str:
     """A full-depth table row from a capture alone: Inductor's figures and our methods on the captured graphs."""
     from reorder import load_graph
+    from reorder.optima import optimum_for
     from reorder.schedulers import reorder_for_peak_memory
 
     figures = json.loads((directory / "inductor-figures.json").read_text())
     baseline = max(f["peak"]["baseline"] for f in figures.values())
     best = max(min(f["peak"].values()) for f in figures.values())
-    ours = max(reorder_for_peak_memory(load_graph(directory / f"{name}.json")).peak for name in figures)
+    ours, largest = max((reorder_for_peak_memory(load_graph(directory / f"{name}.json")).peak, name) for name in figures)
+    optimum = optimum_for(directory / f"{largest}.json")
     model, mode = directory.name.rsplit("_", 1)
     return (f"| {model} | {mode} |  | {len(figures)} | {_mb(baseline)} | {_mb(best)} | {_mb(ours)} | "
-            f"not measured |  |  |")
+            f"{optimum.column() if optimum else ''} | not measured |  |  |")
 
 
 def _section(title: str, text: str, columns: list[str], records: list[dict], cells) -> list[str]:

@@ -27,7 +27,7 @@ from .models import BATCH, build, parameter_bytes
 from .report import GAP, largest_estimate
 from .variants import NO_LAYOUT_OPTIMIZATION, VARIANTS, Variant
 
-__all__ = ["CURVE_POINTS", "run_case", "run_variant"]
+__all__ = ["CURVE_POINTS", "capture_case", "run_case", "run_variant"]
 
 #: Points kept of each measured curve (the highest of each time bucket), enough for a plot.
 CURVE_POINTS = 600
@@ -185,3 +185,29 @@ def run_case(name: str, size: str, mode: str, variants: tuple[Variant, ...] = VA
         rerun.pop("curve")
         row["variants"][NO_LAYOUT_OPTIMIZATION.name] = rerun
     return row
+
+
+def capture_case(name: str, size: str, mode: str, capture_dir: Path) -> list[dict]:
+    """Compile ``name`` once under the hook and run that one step: its graphs and Inductor's figures, nothing timed.
+
+    The estimate level of a configuration whose steps take too long on this
+    machine to time and meter: the first call compiles the forward (and, in
+    training, ``loss.backward()`` the backward), and every graph is written to
+    ``capture_dir``. Returns the hook's report of each graph.
+    """
+    from torch._inductor import config
+
+    from reorder import inductor
+
+    config.force_disable_caches = True
+    base, inputs = build(name, size, mode)
+    torch._dynamo.reset()
+    fn = torch.compile(_step_function(base, mode))
+    first_report = len(inductor.reports)
+    with inductor.use(compare=True, capture_dir=capture_dir):
+        if mode == "train":
+            fn(inputs).backward()
+        else:
+            with torch.no_grad():
+                fn(inputs)
+    return inductor.reports[first_report:]

@@ -1,12 +1,13 @@
 """The exact method: the minimum peak over every topological order, or an honest "gave up".
 
-One :func:`~reorder.schedulers.subsets.solve_window` over the whole graph,
-bounded by the peak of the best order found so far: if the search finishes,
-its order is optimal (or the starting order was, when nothing beat it). The
-number of states is the number of downward-closed node sets whose peak stays
-under the bound: small for narrow graphs (chains, backward passes of a few
-branches), exponential in the width for wide ones; ``max_states`` stops the
-search and the method returns its starting order with a note.
+:func:`~reorder.schedulers.peak_search.minimum_peak` from the best order found
+so far: it asks for an order under that order's peak until the answer is a
+proof that none exists, so a finished search is a proof of optimality (or
+that the starting order was optimal, when nothing beat it). The number of
+sets it sees is small for narrow graphs and for backward passes (their
+recomputations and gradient reductions are cut by its dominance rules) and
+exponential in the width for wide ones; ``max_states`` stops the search and
+the method returns the best order it found, with a note.
 
 States are bitmasks over all nodes, so the memory is about ``max_states``
 times ``N / 8`` bytes plus ``N**2 / 16`` for the predecessor masks; graphs
@@ -23,7 +24,7 @@ from typing import ClassVar, Sequence
 from ..graph import Graph
 from ..timeline import estimate_peak_memory, lower_bound
 from .base import MethodOutcome, register
-from .subsets import solve_window
+from .peak_search import minimum_peak
 
 __all__ = ["Exact"]
 
@@ -31,7 +32,8 @@ __all__ = ["Exact"]
 @register
 @dataclass(frozen=True)
 class Exact:
-    """Dynamic programming over sets of scheduled nodes (Serenity, MLSys 2020), with a state budget."""
+    """The minimum peak over every order (Serenity's set search, asked as "is there an order under
+    T?" with dominance rules), with a budget of sets seen."""
 
     name: ClassVar[str] = "exact"
     max_states: int = 50_000
@@ -44,12 +46,9 @@ class Exact:
             return MethodOutcome(start, optimal=True, note="starting order meets the lower bound")
         if graph.num_nodes > self.max_nodes:
             return MethodOutcome(start, note=f"skipped: {graph.num_nodes} nodes (max_nodes={self.max_nodes})")
-        live_before = sum(graph.size_alloc[b] for b in range(graph.num_buffers) if graph.is_input[b])
-        result = solve_window(
-            graph, [0] * graph.num_nodes, 0, list(range(graph.num_nodes)), live_before, peak, self.max_states
-        )
-        if not result.complete:
-            return MethodOutcome(start, note=f"gave up after {result.states} states (max_states={self.max_states})")
-        if result.order is None:
+        result = minimum_peak(graph, start, self.max_states)
+        if not result.proven:
+            return MethodOutcome(result.order, note=f"gave up after {result.states} states (max_states={self.max_states})")
+        if result.peak == peak:
             return MethodOutcome(start, optimal=True, note=f"starting order is optimal ({result.states} states)")
         return MethodOutcome(result.order, optimal=True, note=f"optimal ({result.states} states)")

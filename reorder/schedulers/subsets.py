@@ -9,8 +9,9 @@ output of ``S`` was allocated). So the best peak reachable at ``S`` is
 a shortest-path-like recurrence over the lattice of downward-closed sets
 (Serenity, Ahn et al., MLSys 2020). :func:`solve_window` runs it level by
 level (``|S| = k``) over the ``free`` nodes of an order, with everything
-before them already run: ``free`` = all nodes is the exact method; a short
-window of an order is one move of the refinement pass. States whose peak
+before them already run: a short window of an order is one move of the
+refinement pass (the whole graph is the exact method's, which asks the same
+recurrence as a decision question: :mod:`reorder.schedulers.peak_search`). States whose peak
 already reaches ``bound`` are pruned, which keeps the search to orders that
 beat the one we have; ``max_states`` caps the work, and the search then says
 it gave up.
