@@ -198,7 +198,7 @@ def write_report(out: Path, batch: int, rows: list[dict], scale_rows: list[dict]
              "DFS (torch's own functions, run on the same graph). *ratio* is ours / Inductor best. *slab / bound* is the "
              "planned slab over the live-bytes lower bound of its order (64-byte alignment). *ms ours / torch* times "
              "the same work (baseline estimate + LPMF + BFS + DFS) in one process; *all ms* adds our refine and exact "
-             "methods. *optimum* is the minimum peak over every order, proven by the `optimal` method (CP-SAT) and "
+             "methods. *optimum* is the minimum peak over every order, proven by the `optimal` method (the exact peak search, then CP-SAT where it cannot finish) and "
              "recorded by `python -m benchmarks.optimum` (or the certified bound where it was not proven).", "",
              markdown_table(["graph", "batch", "nodes", "Inductor baseline", "Inductor best", "ours", "ratio", "method",
                              "optimum", "slab", "slab / bound", "ms ours / torch", "all ms"], table), ""]

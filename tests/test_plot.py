@@ -19,7 +19,7 @@ def test_plot_command_writes_a_png(tmp_path, capsys):
     out = tmp_path / "vgg.png"
     assert main(["plot", str(GRAPHS / "vgg16_train_1.json"), "--out", str(out), "--seconds", "0.2"]) == 0
     assert is_png(out)
-    assert "peak 73589136 -> 72482816 (refine)" in capsys.readouterr().out
+    assert "peak 73589136 -> 72343552 (exact), slab 72343552" in capsys.readouterr().out
 
 
 def test_demo_reorders_plans_and_draws(tmp_path, capsys):

@@ -255,7 +255,7 @@ def write_report(folder: Path) -> None:
               "0 would be bitwise); eager vs stock the same for eager.", "",
               "## Estimates per graph and costs", "",
               "Largest graph of the step (Inductor's live-bytes model): Inductor's own order (baseline), the best "
-              "of Inductor's methods, and ours; the optimum column is the solver's proven minimum (or certified bound) of that graph, recorded by "
+              "of Inductor's methods, and ours; the optimum column is the proven minimum (or certified bound) of that graph, recorded by "
               "`python -m benchmarks.optimum benchmarks/real/graphs/bench/*`. "
               "Compile seconds are the first two calls minus two steady calls (a second call may still compile); step "
               "seconds are the median of three later calls.", "",
