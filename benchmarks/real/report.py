@@ -63,9 +63,17 @@ def _optimum_of_largest(row: dict, graphs: list[dict]) -> str:
     if not captured:
         return ""
     largest = max(captured, key=lambda g: g["peak"])
-    optimum = optimum_for(GRAPHS.parent / row.get("size", "bench") / f"{row['model']}_{row['mode']}"
-                          / Path(largest["captured"]).name)
-    return optimum.column() if optimum else ""
+    return _optimum_cell(optimum_for(GRAPHS.parent / row.get("size", "bench") / f"{row['model']}_{row['mode']}"
+                                     / Path(largest["captured"]).name))
+
+
+def _optimum_cell(optimum) -> str:
+    """A recorded optimum in the report's unit (MB): proven, or the certified bound and gap; empty if none."""
+    if optimum is None:
+        return ""
+    if optimum.proven:
+        return f"{_mb(optimum.peak)} (proven)"
+    return f">= {_mb(optimum.bound)} ({100 * optimum.gap:.2f}% gap)"
 
 
 def summary(row: dict) -> dict:
@@ -202,7 +210,7 @@ def captured_row(directory: Path) -> str:
     optimum = optimum_for(directory / f"{largest}.json")
     model, mode = directory.name.rsplit("_", 1)
     return (f"| {model} | {mode} |  | {len(figures)} | {_mb(baseline)} | {_mb(best)} | {_mb(ours)} | "
-            f"{optimum.column() if optimum else ''} | not measured |  |  |")
+            f"{_optimum_cell(optimum)} | not measured |  |  |")
 
 
 def _section(title: str, text: str, columns: list[str], records: list[dict], cells) -> list[str]:
