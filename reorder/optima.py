@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from .report import format_bytes
 
@@ -43,11 +43,11 @@ class Optimum:
         """How far the best peak found may be above the optimum, as a fraction of the bound."""
         return (self.peak - self.bound) / self.bound if self.bound else 0.0
 
-    def column(self) -> str:
-        """The "optimum" table cell: the proven optimum, or the certified range."""
+    def column(self, size: Callable[[int], str] = format_bytes) -> str:
+        """The "optimum" table cell, bytes written by ``size``: the proven optimum, or the certified range."""
         if self.proven:
-            return f"{format_bytes(self.peak)} (proven)"
-        return f">= {format_bytes(self.bound)} ({100 * self.gap:.1f}% gap)"
+            return f"{size(self.peak)} (proven)"
+        return f">= {size(self.bound)} ({100 * self.gap:.1f}% gap)"
 
 
 def load_optima(folder: str | Path) -> dict[str, Optimum]:

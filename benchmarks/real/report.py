@@ -68,12 +68,8 @@ def _optimum_of_largest(row: dict, graphs: list[dict]) -> str:
 
 
 def _optimum_cell(optimum) -> str:
-    """A recorded optimum in the report's unit (MB): proven, or the certified bound and gap; empty if none."""
-    if optimum is None:
-        return ""
-    if optimum.proven:
-        return f"{_mb(optimum.peak)} (proven)"
-    return f">= {_mb(optimum.bound)} ({100 * optimum.gap:.2f}% gap)"
+    """A recorded optimum in the report's unit (MB), or empty if none was recorded."""
+    return optimum.column(_mb) if optimum else ""
 
 
 def summary(row: dict) -> dict:

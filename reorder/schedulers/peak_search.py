@@ -9,7 +9,7 @@ sets it has seen never looks at a set twice, and once it has seen them all
 the answer "no" is a proof. The minimum peak is found by asking again with
 ``T`` = the best peak found so far minus one, until the answer is no.
 
-Two rules cut the sets it has to see, each of which keeps at least one order
+Three rules cut the sets it has to see, each of which keeps at least one order
 under ``T`` whenever there is one (so a "no" is still a proof):
 
 * **Free moves.** A ready node ``v`` whose step fits under ``T`` and that
@@ -39,7 +39,7 @@ under ``T`` whenever there is one (so a "no" is still a proof):
   can run at any step, and without this rule every subset of them is a new
   set to search.
 
-The program's first step is the exception to both rules: it also frees the
+The program's first step is the exception to all three: it also frees the
 graph inputs nobody reads, so every ready node is tried there, alone.
 
 Both limits are counts (sets seen), so the answer never depends on the
@@ -101,15 +101,16 @@ class PeakSearch:
             for p in graph.preds[v]:
                 self.pred_mask[v] |= 1 << p
         self.succs = [tuple(graph.succs[v]) for v in range(n)]
+        readers = [0] * graph.num_buffers
+        for b in range(graph.num_buffers):
+            for r in graph.readers[b]:
+                readers[b] |= 1 << r
         # Frees of each node: (bytes, readers other than the node that must have run).
         self.frees: list[list[tuple[int, int]]] = [[] for _ in range(n)]
         for v in range(n):
             for b in graph.reads[v]:
                 if not graph.is_output[b]:
-                    need = 0
-                    for r in graph.readers[b]:
-                        need |= 1 << r
-                    self.frees[v].append((graph.size_free[b], need & ~(1 << v)))
+                    self.frees[v].append((graph.size_free[b], readers[b] & ~(1 << v)))
             for b in graph.outputs[v]:
                 if not graph.is_output[b] and not graph.readers[b]:
                     self.frees[v].append((graph.size_free[b], 0))
@@ -118,16 +119,14 @@ class PeakSearch:
             if graph.is_input[b] and not graph.readers[b] and not graph.is_output[b]
         )
         self.live_at_start = sum(graph.size_alloc[b] for b in range(graph.num_buffers) if graph.is_input[b])
+        self.ready_at_start = sum(1 << v for v in range(n) if not self.pred_mask[v])
         # Nodes that could ever free what they allocate: the only candidates for a free move.
         self.may_free = sum(1 << v for v in range(n) if sum(size for size, _ in self.frees[v]) >= self.alloc[v])
         # What a node frees changes only when another reader of the same buffers runs.
         self.co_readers = [0] * n
         for b in range(graph.num_buffers):
-            readers = 0
             for r in graph.readers[b]:
-                readers |= 1 << r
-            for r in graph.readers[b]:
-                self.co_readers[r] |= readers
+                self.co_readers[r] |= readers[b]
         descendants = graph.descendants
         self.producer = [
             bool(graph.succs[v]) and all(size == 0 or need & descendants[v] for size, need in self.frees[v])
@@ -152,23 +151,26 @@ class PeakSearch:
         for z in range(n):
             if producer[z]:
                 continue
-            members = [z] + [x for x in _bits(self.pulls[z])]
-            for x in members:
+            for x in (z, *_bits(self.pulls[z])):
                 for p in graph.preds[x]:
                     if not producer[p]:
                         self.needs[z] |= 1 << p
             for p in _bits(self.needs[z]):
                 self.waiting[p].append(z)
-        self.ready_at_start = sum(1 << v for v in range(n) if not self.pred_mask[v])
         self.wanted_at_start = sum(1 << z for z in range(n) if not producer[z] and not self.needs[z])
+
+    def _freed(self, v: int, after: int) -> int:
+        """The bytes ``v`` frees when it runs and ``after`` is the set that has run then (``v`` included)."""
+        freed = 0
+        for size, need in self.frees[v]:
+            if not need & ~after:
+                freed += size
+        return freed
 
     def _run(self, done: int, live: int, ready: int, wanted: int, v: int) -> tuple[int, int, int, int]:
         """Run ``v`` after ``done``: the new set, live bytes, ready nodes and runnable non-producers."""
         after = done | (1 << v)
-        live += self.alloc[v] - (self.unread_inputs if not done else 0)
-        for size, need in self.frees[v]:
-            if not need & ~after:
-                live -= size
+        live += self.alloc[v] - self._freed(v, after) - (self.unread_inputs if not done else 0)
         ready &= ~(1 << v)
         wanted &= ~(1 << v)
         for w in self.succs[v]:
@@ -189,19 +191,14 @@ class PeakSearch:
         done, live, ready, wanted = state
         if not done:
             return state, short
-        alloc, frees = self.alloc, self.frees
+        alloc = self.alloc
         moved = True
         while moved:
             moved = False
             for v in _bits(ready & self.may_free & ~short):
                 if live + alloc[v] > limit:
                     continue
-                after = done | (1 << v)
-                freed = 0
-                for size, need in frees[v]:
-                    if not need & ~after:
-                        freed += size
-                if freed >= alloc[v]:
+                if self._freed(v, done | (1 << v)) >= alloc[v]:
                     done, live, ready, wanted = self._run(done, live, ready, wanted, v)
                     short &= ~self.co_readers[v]
                     ran.append(v)
@@ -209,11 +206,6 @@ class PeakSearch:
                     break
                 short |= 1 << v
         return (done, live, ready, wanted), short
-
-    def _frees_nothing(self, v: int, done: int) -> bool:
-        """Whether running ``v`` after ``done`` frees no byte."""
-        after = done | (1 << v)
-        return not any(size and not need & ~after for size, need in self.frees[v])
 
     def _moves(self, done: int, ready: int, wanted: int) -> list[list[int]]:
         """The branches at ``done`` (see the module docstring): every ready node alone at the first
@@ -227,7 +219,7 @@ class PeakSearch:
             return list(units.values())
         moves, waiting = [], []
         for z, unit in units.items():
-            if self.sinks >> z & 1 and self._frees_nothing(z, done | self.pulls[z]):
+            if self.sinks >> z & 1 and not self._freed(z, done | self.pulls[z] | (1 << z)):
                 waiting.append(z)
             else:
                 moves.append(unit)
