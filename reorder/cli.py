@@ -124,11 +124,6 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     return 0
 
 
-#: The search strategy's budget in ``plan`` and ``pack`` when --seconds is not given.
-PLAN_SEARCH_SECONDS = 2.0
-PACK_SEARCH_SECONDS = 10.0
-
-
 @command
 def cmd_plan(args: argparse.Namespace) -> int:
     """Slab plan; JSON keys: order, slab_bytes, lower_bound, strategy, buffers [{name, offset, size, start, end}];
@@ -136,16 +131,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .planning import plan_memory, plan_orders
     from .schedulers import reorder_for_peak_memory
 
+    options = plan_options(args, alignment=args.alignment, include_inputs=not args.exclude_inputs)
     graph = load_graph(args.file)
-    seconds = PLAN_SEARCH_SECONDS if args.seconds is None and not args.exact else args.seconds
-    options = dict(alignment=args.alignment, include_inputs=not args.exclude_inputs, seconds=seconds,
-                   restarts=args.restarts, exact=args.exact, nodes=args.nodes)
     if args.order == "baseline":
-        chosen, plan = "baseline", plan_memory(graph, None, args.strategy, **options)
+        chosen, plan = "baseline", plan_memory(graph, None, options)
     else:
         result = reorder_for_peak_memory(graph, _method_list(args.methods))
         orders = result.orders if args.order == "all" else {result.method: result.order}
-        chosen, plan = plan_orders(graph, orders, args.strategy, **options)
+        chosen, plan = plan_orders(graph, orders, options)
     if args.json:
         print(json.dumps({"graph": graph.name, "order_method": chosen, **plan.to_json()}, indent=1))
         return 0
@@ -155,6 +148,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
           f"ratio {plan.ratio:.4f}; plan validated: no two live buffers share a byte")
     if plan.status:
         print(f"exact packer: {plan.status} after {plan.nodes} nodes")
+    if plan.capped:
+        print(CAPPED_NOTE)
     if args.verbose:
         rows = [(plan.names[k], plan.offsets[k], plan.sizes[k], plan.symbolic_sizes[k] or "", plan.starts[k], plan.ends[k])
                 for k in range(len(plan.names))]
@@ -168,12 +163,12 @@ def cmd_pack(args: argparse.Namespace) -> int:
     with --exact also status, capacity, nodes, clock_stopped, note (offsets and slab_bytes null without a packing)."""
     import time
 
-    from .planning import load_instance, pack
-    from .planning.slab import SlabPlan
+    from .planning import load_instance, plan_intervals
 
+    options = plan_options(args)
     inst = load_instance(args.file)
     if args.exact:
-        return pack_exactly(args, inst)
+        return pack_exactly(args, inst, options)
     if args.capacity is not None:
         raise ReorderError("--capacity needs --exact")
     t0 = time.perf_counter()
@@ -182,31 +177,29 @@ def cmd_pack(args: argparse.Namespace) -> int:
         print(f"\r{inst.name}: {time.perf_counter() - t0:5.1f}s  restart {restarts:5d}  best slab {slab}",
               end="", file=sys.stderr, flush=True)
 
-    seconds = PACK_SEARCH_SECONDS if args.seconds is None else args.seconds
-    offsets = pack(inst.starts, inst.ends, inst.sizes, args.strategy, seconds, args.restarts,
-                   progress=None if args.json else show)
+    plan = plan_intervals(inst.ids, inst.starts, inst.ends, inst.sizes, options, progress=None if args.json else show)
     if not args.json and args.strategy == "search":
         print(file=sys.stderr)
     seconds = time.perf_counter() - t0
-    plan = SlabPlan.of_intervals(inst.ids, inst.starts, inst.ends, inst.sizes, offsets, args.strategy)
-    plan.validate()
     slab, bound = plan.slab_bytes, plan.lower_bound
     if args.json:
         print(json.dumps({"instance": inst.name, "strategy": args.strategy, "buffers": len(inst.ids), "slab_bytes": slab,
                           "lower_bound": bound, "ratio": slab / bound if bound else 1.0, "seconds": seconds,
-                          "offsets": dict(zip(inst.ids, offsets))}))
+                          "capped": plan.capped, "offsets": dict(zip(inst.ids, plan.offsets))}))
         return 0
     print(f"{inst.name}: {len(inst.ids)} buffers, slab {slab} B, lower bound {bound} B, "
           f"ratio {slab / bound if bound else 1.0:.4f}, {seconds:.2f}s ({args.strategy}); valid")
+    if plan.capped:
+        print(CAPPED_NOTE)
     return 0
 
 
-def pack_exactly(args: argparse.Namespace, inst) -> int:
+def pack_exactly(args: argparse.Namespace, inst, options) -> int:
     """``pack --exact``: the exact packer's verdict; any packing is validated before it is printed."""
-    from .planning import exact_packing
+    from .planning import solve_packing
     from .planning.slab import SlabPlan
 
-    found = exact_packing(inst.starts, inst.ends, inst.sizes, args.strategy, args.capacity, args.nodes, args.seconds)
+    found = solve_packing(inst.starts, inst.ends, inst.sizes, args.capacity, options)
     if found.offsets is not None:
         SlabPlan.of_intervals(inst.ids, inst.starts, inst.ends, inst.sizes, found.offsets, "exact").validate()
     bound = found.lower_bound
@@ -273,10 +266,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     graph = load_graph(args.file)
     result = reorder_for_peak_memory(graph, _method_list(args.methods))
-    method, plan = plan_orders(graph, result.orders, seconds=args.seconds)
+    method, plan = plan_orders(graph, result.orders, plan_options(args))
     out = plot_graph(graph, list(range(graph.num_nodes)), result.order, result.method, plan, args.out, result.lower_bound)
     print(f"wrote {out}: peak {result.peaks['baseline']} -> {result.peak} ({result.method}), "
           f"slab {plan.slab_bytes} (order of {method})")
+    if plan.capped:
+        print(CAPPED_NOTE)
     return 0
 
 
@@ -289,6 +284,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .planning import plan_orders
     from .schedulers import reorder_for_peak_memory
 
+    options = plan_options(args)
     out = Path(args.out)
     plots = True
     try:
@@ -306,7 +302,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         result = reorder_for_peak_memory(graph)
         # A recorded optimum (benchmarks.optimum) is a proven bound too.
         bound = max(result.lower_bound, optimum.bound if optimum else 0)
-        plan_method, plan = plan_orders(graph, result.orders, seconds=args.seconds)
+        plan_method, plan = plan_orders(graph, result.orders, options)
         peaks = result.peaks
         inductor = min(peaks[m] for m in ("baseline", "lpmf", "bfs", "dfs"))
         saved = inductor - result.peak
@@ -317,7 +313,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             graph.name, graph.num_nodes, format_bytes(peaks["baseline"]), format_bytes(inductor),
             format_bytes(result.peak), f"{format_bytes(saved)} ({100 * saved / inductor:.2f}%)" if inductor else "-",
             result.method, "yes" if result.peak <= bound else f"{100 * (result.peak - bound) / bound:.1f}% gap",
-            optimum.column() if optimum else "-", format_bytes(plan.slab_bytes), f"{plan.ratio:.4f}", f"{sum(result.seconds.values()) * 1000:.0f}",
+            optimum.column() if optimum else "-", format_bytes(plan.slab_bytes), f"{plan.ratio:.4f}" + (" capped" if plan.capped else ""), f"{sum(result.seconds.values()) * 1000:.0f}",
         ))
         records.append({"graph": graph.name, "nodes": graph.num_nodes, "inductor_best": inductor, "ours": result.peak,
                         "method": result.method, "lower_bound": result.lower_bound, "optimal": result.optimal,
@@ -336,8 +332,36 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def plan_options(args: argparse.Namespace, **fields):
+    """The :class:`~reorder.planning.PlanOptions` of a command's --strategy, --restarts, --seconds, --exact, --nodes."""
+    from .planning import PlanOptions
+
+    for name in ("strategy", "restarts", "exact", "nodes"):
+        if getattr(args, name, None) is not None:
+            fields[name] = getattr(args, name)
+    if args.seconds is not None:
+        fields["max_seconds"] = args.seconds
+    return PlanOptions(**fields)
+
+
+#: Printed when the wall-clock safety cap cut the slab search short.
+CAPPED_NOTE = ("note: the --seconds cap stopped the slab search before its restarts were done; "
+               "this plan depends on the machine's speed (raise --seconds, or lower --restarts)")
+
+
+def add_search_options(p: argparse.ArgumentParser) -> None:
+    from .planning import DEFAULT_MAX_SECONDS, DEFAULT_RESTARTS
+
+    p.add_argument("--restarts", type=int,
+                   help=f"effort of the search strategy: random restarts per order (default {DEFAULT_RESTARTS}); "
+                        "results depend on it, not on the machine")
+    p.add_argument("--seconds", type=float,
+                   help=f"wall-clock safety cap on the slab search or the exact packer (default {DEFAULT_MAX_SECONDS:g}); "
+                        "reported when it stops them")
+
+
 def add_exact_options(p: argparse.ArgumentParser) -> None:
-    from .planning.exact import DEFAULT_NODES
+    from .planning.exact_packing import DEFAULT_NODES
 
     p.add_argument("--exact", action="store_true",
                    help="minimise the slab with the exact packer (branch and bound) from the strategy's offsets")
@@ -370,9 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--order", default="all", choices=["all", "best", "baseline"],
                    help="plan every method's order and keep the smallest slab (all), only the lowest-peak order, or the graph's own")
     p.add_argument("--methods", help="reordering methods whose orders are candidates (as for optimize)")
-    p.add_argument("--seconds", type=float,
-                   help="time budget of the search strategy (default 2), or the exact packer's wall-clock cap (default none)")
-    p.add_argument("--restarts", type=int, help="cap on the search's random restarts (deterministic results)")
+    add_search_options(p)
     p.add_argument("--exclude-inputs", action="store_true", help="leave graph inputs to the caller")
     add_exact_options(p)
 
@@ -380,9 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.add_argument("--json", action="store_true")
     p.add_argument("--strategy", default="search", choices=STRATEGY_NAMES)
-    p.add_argument("--seconds", type=float,
-                   help="time budget of the search strategy (default 10), or the exact packer's wall-clock cap (default none)")
-    p.add_argument("--restarts", type=int, help="cap on the search's random restarts (deterministic results)")
+    add_search_options(p)
     add_exact_options(p)
     p.add_argument("--capacity", type=int, help="with --exact: decide whether a slab of this many bytes suffices")
 
@@ -390,7 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.add_argument("--out", required=True, help="PNG file to write")
     p.add_argument("--methods", help="reordering methods (as for optimize)")
-    p.add_argument("--seconds", type=float, default=1.0, help="time budget of the slab search")
+    add_search_options(p)
 
     p = sub.add_parser("capture", help="run a script with the Inductor hook and save its graphs")
     p.add_argument("script")
@@ -400,7 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="reorder and plan every graph in a folder, print a table, draw plots")
     p.add_argument("folder", nargs="?", default=str(BUNDLED_GRAPHS), help="default: the bundled Inductor graphs")
     p.add_argument("--out", default="demo-out", help="folder for the plots (default: ./demo-out)")
-    p.add_argument("--seconds", type=float, default=0.5, help="slab search budget per order set")
+    add_search_options(p)
 
     return parser
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from .errors import ReorderError
 from .graph import Graph
-from .planning import SlabPlan, plan_memory, storage_intervals, storage_uses
+from .planning import PlanOptions, SlabPlan, plan_memory, storage_intervals, storage_uses
 from .schedulers import DEFAULT_METHODS, reorder_for_peak_memory
 from .schedulers.optimal import OrderVariables, cp_model_module
 
@@ -79,7 +79,7 @@ def joint_optimum(graph: Graph, effort: float = 10.0, workers: int = 1, alignmen
                            f"(max_nodes={max_nodes})")
     cp_model = cp_model_module()
     best = reorder_for_peak_memory(graph, [*DEFAULT_METHODS, f"optimal:effort={effort}:workers={workers}"])
-    start = plan_memory(graph, best.order, alignment=alignment, exact=True)
+    start = plan_memory(graph, best.order, PlanOptions(alignment=alignment, exact=True))
     uses = storage_uses(graph, alignment)
     n = graph.num_nodes
     model = cp_model.CpModel()

@@ -9,8 +9,8 @@ from helpers import GRAPHS, ROOT
 
 from reorder import PlanError, load_graph
 from reorder.cli import main
-from reorder.planning import SlabPlan, live_bytes_bound, load_instance, pack, pack_exact, plan_memory
-from reorder.planning import exact
+from reorder.planning import PlanOptions, SlabPlan, live_bytes_bound, load_instance, pack, pack_exact, plan_memory
+from reorder.planning import exact_packing
 
 CHALLENGING = ROOT / "data" / "offset-benchmarks" / "minimalloc-challenging"
 
@@ -65,7 +65,7 @@ def instances(draw, max_buffers=7):
         ends.append(draw(st.integers(start + 1, steps)))
         sizes.append(draw(st.integers(0, 5)))
     if draw(st.booleans()):
-        live = [sum(z for s, e, z in zip(starts, ends, sizes) if s <= t < e) for t in range(steps)]
+        live = [sum(z for s, e, z in zip(starts, ends, sizes, strict=True) if s <= t < e) for t in range(steps)]
         for t in range(steps):
             if max(live) > live[t] and len(sizes) < max_buffers:
                 starts.append(t)
@@ -128,7 +128,7 @@ def test_deterministic_and_bounded_by_nodes():
 
 def test_the_clock_cap_is_reported():
     inst = load_instance(CHALLENGING / "A.1048576.csv")
-    found = pack_exact(inst.starts, inst.ends, inst.sizes, 1048576, seconds=0.0)
+    found = pack_exact(inst.starts, inst.ends, inst.sizes, 1048576, max_seconds=0.0)
     assert found.status == "unknown" and found.clock_stopped
 
 
@@ -140,7 +140,7 @@ def test_empty_and_zero_size_buffers():
 
 
 def test_too_many_overlaps_keeps_the_incumbent(monkeypatch):
-    monkeypatch.setattr(exact, "MAX_OVERLAPPING_PAIRS", 2)
+    monkeypatch.setattr(exact_packing, "MAX_OVERLAPPING_PAIRS", 2)
     starts, ends, sizes = GAP
     found = pack_exact(starts, ends, sizes, incumbent=stacked(sizes))
     assert found.status == "feasible" and found.offsets == tuple(stacked(sizes)) and "not searched" in found.note
@@ -158,17 +158,18 @@ def test_bad_input_is_named(args, message):
 
 def test_planner_and_plan_memory():
     starts, ends, sizes = GAP
-    assert max(o + z for o, z in zip(pack(starts, ends, sizes, exact=True), sizes)) == 5
+    assert max(o + z for o, z in zip(pack(starts, ends, sizes, PlanOptions(exact=True)), sizes, strict=True)) == 5
     graph = load_graph(GRAPHS / "resnet18_train_1.json")
-    plan = plan_memory(graph, exact=True)
+    plan = plan_memory(graph, options=PlanOptions(exact=True))
     assert plan.strategy == "exact" and plan.status == "optimal" and plan.slab_bytes == plan.lower_bound
-    with pytest.raises(PlanError, match="unknown strategy 'nope'"):
-        pack(starts, ends, sizes, "nope", exact=True)
+    assert not plan.capped
+    with pytest.raises(PlanError, match="strategy='nope' is unknown"):
+        PlanOptions(strategy="nope", exact=True)
 
 
 def test_pack_cli_exact(capsys, tmp_path):
     path = tmp_path / "gap.csv"
-    path.write_text("id,lower,upper,size\n" + "".join(f"b{i},{s},{e},{z}\n" for i, (s, e, z) in enumerate(zip(*GAP))))
+    path.write_text("id,lower,upper,size\n" + "".join(f"b{i},{s},{e},{z}\n" for i, (s, e, z) in enumerate(zip(*GAP, strict=True))))
     assert main(["pack", str(path), "--exact", "--json", "--seconds", "60"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert (data["status"], data["slab_bytes"], data["lower_bound"]) == ("optimal", 5, 5)

@@ -102,10 +102,10 @@ def test_cli_optimize_reports_order_proof_and_certified_gap(capsys):
 @given(spec=graph_specs(max_nodes=6))
 def test_joint_order_and_offsets_match_the_brute_force_smallest_slab(spec):
     from reorder.joint import joint_optimum
-    from reorder.planning import plan_memory
+    from reorder.planning import PlanOptions, plan_memory
 
     graph = build(spec)
-    smallest = min(plan_memory(graph, o, alignment=1, exact=True).tensor_bytes for o in all_topological_orders(graph))
+    smallest = min(plan_memory(graph, o, PlanOptions(alignment=1, exact=True)).tensor_bytes for o in all_topological_orders(graph))
     joint = joint_optimum(graph, effort=5, alignment=1)
     graph.check_order(joint.order)
     assert joint.proven and joint.slab == joint.bound == smallest <= joint.min_peak_slab

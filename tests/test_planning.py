@@ -2,15 +2,18 @@
 
 import dataclasses
 import json
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from helpers import FIGURES, GRAPH_NAMES, GRAPHS, ROOT, build, graph_specs, random_order
 
-from reorder import BufferSpec, InputSpec, NodeSpec, PlanError, build_graph, estimate_peak_memory, load_graph
+from reorder import BufferSpec, InputSpec, NodeSpec, PlanError, ReorderError, build_graph, estimate_peak_memory, load_graph
 from reorder.cli import main
-from reorder.planning import STRATEGY_NAMES, SlabPlan, live_bytes_bound, load_instance, pack, plan_memory, plan_orders
+from reorder.planning import (STRATEGY_NAMES, PlanOptions, SlabPlan, live_bytes_bound, load_instance, pack, plan_intervals,
+                              plan_memory, plan_orders, search_offsets)
 from reorder.planning.intervals import storage_intervals
 from reorder.planning.offsets import busiest_step
 from reorder.schedulers import reorder_for_peak_memory
@@ -57,7 +60,7 @@ def test_workspaces_follow_the_tensors():
         NodeSpec("b", [BufferSpec("y", 100)], reads=["x"], workspace=3000),
         NodeSpec("c", [BufferSpec("z", 100)], reads=["y"], unique_workspace=200),
     ], outputs=["z"])
-    plan = plan_memory(g, alignment=64)
+    plan = plan_memory(g, options=PlanOptions(alignment=64))
     assert plan.tensor_bytes == 256
     assert plan.unique_workspace == {"a": (256, 64), "c": (320, 256)}
     assert plan.shared_workspace == (576, 3008)
@@ -70,22 +73,97 @@ def test_every_strategy_validates_on_bundled_graphs(name):
     result = reorder_for_peak_memory(graph, ["lpmf", "refine"])
     slabs = {}
     for strategy in STRATEGY_NAMES:
-        plan = plan_memory(graph, result.order, strategy=strategy, seconds=600, restarts=20)
+        plan = plan_memory(graph, result.order, PlanOptions(strategy=strategy, restarts=20, max_seconds=600))
         assert not overlaps(plan.starts, plan.ends, plan.sizes, plan.offsets)
         assert plan.lower_bound <= plan.slab_bytes
         slabs[strategy] = plan.slab_bytes
     assert slabs["search"] <= min(slabs.values())
-    exact = plan_memory(graph, result.order, strategy="greedy_by_size", alignment=1)
+    exact = plan_memory(graph, result.order, PlanOptions(strategy="greedy_by_size", alignment=1))
     assert exact.tensor_bound == result.peak  # the slab's bound is the estimator's peak
+
+
+@pytest.mark.parametrize("name", GRAPH_NAMES)
+def test_demo_plans_do_not_depend_on_the_clock(name):
+    """The demo's plan (default options) is at its bound, and the same under two safety caps that are not hit."""
+    graph = load_graph(GRAPHS / f"{name}.json")
+    result = reorder_for_peak_memory(graph)
+    runs = [plan_orders(graph, result.orders, PlanOptions(max_seconds=cap)) for cap in (300, None)]
+    assert runs[0] == runs[1]
+    chosen, plan = runs[0]
+    assert chosen in result.orders and not plan.capped
+    assert plan.slab_bytes == plan.lower_bound  # the README's ratio 1.0000
+    if name == "resnet18_train_1":
+        assert plan.slab_bytes == 52_762_880
 
 
 @pytest.mark.parametrize("name", GRAPH_NAMES)
 def test_order_aware_slab_is_no_larger_than_inductors_best_estimate(name):
     graph = load_graph(GRAPHS / f"{name}.json")
     result = reorder_for_peak_memory(graph)
-    chosen, plan = plan_orders(graph, result.orders, seconds=600, restarts=1000, alignment=1)  # Inductor's estimate is unaligned
+    chosen, plan = plan_orders(graph, result.orders, PlanOptions(alignment=1))  # Inductor's estimate is unaligned
     assert chosen in result.orders
     assert plan.slab_bytes <= min(FIGURES[name]["peak"].values())
+
+
+def test_plan_orders_gives_what_planning_every_order_gives():
+    """Orders whose bound cannot beat the best slab are skipped; the choice is the smallest slab, ties to the first."""
+    graph = load_graph(GRAPHS / "vgg16_train_1.json")
+    orders = reorder_for_peak_memory(graph).orders
+    options = PlanOptions(restarts=20)
+    plans = {name: plan_memory(graph, order, options) for name, order in orders.items()}
+    smallest = min(plans.values(), key=lambda p: p.slab_bytes).slab_bytes
+    first = next(name for name, p in plans.items() if p.slab_bytes == smallest)
+    assert plan_orders(graph, orders, options) == (first, plans[first])
+
+
+def test_the_safety_cap_is_reported_when_hit():
+    graph = load_graph(GRAPHS / "resnet18_train_1.json")
+    result = reorder_for_peak_memory(graph, ["lpmf"])
+    plan = plan_memory(graph, result.order, PlanOptions(max_seconds=1e-9))
+    assert plan.capped and plan.to_json()["capped"] is True
+    plan.validate()
+    assert not plan_memory(graph, result.order, PlanOptions(restarts=2)).to_json()["capped"]
+    _, plan = plan_orders(graph, result.orders, PlanOptions(max_seconds=1e-9))
+    assert plan.capped
+    exact = plan_memory(graph, result.order, PlanOptions(exact=True, max_seconds=1e-9))
+    assert exact.capped and exact.strategy == "exact"
+
+
+def test_search_is_a_count_of_restarts():
+    inst = load_instance(ROOT / "data" / "offset-benchmarks" / "minimalloc-challenging" / "A.1048576.csv")
+    runs = [search_offsets(inst.starts, inst.ends, inst.sizes, restarts=15, max_seconds=cap) for cap in (600, None)]
+    assert runs[0] == runs[1] and runs[0].restarts == 15 and not runs[0].capped
+    assert runs[0].slab == max(o + z for o, z in zip(runs[0].offsets, inst.sizes, strict=True))
+    more = search_offsets(inst.starts, inst.ends, inst.sizes, restarts=60)
+    assert more.restarts == 60 and more.slab <= runs[0].slab
+    capped = search_offsets(inst.starts, inst.ends, inst.sizes, restarts=15, max_seconds=1e-9)
+    assert capped.capped and capped.restarts == 0
+    plan = plan_intervals(inst.ids, inst.starts, inst.ends, inst.sizes, PlanOptions(restarts=15))
+    assert plan.offsets == runs[0].offsets and not plan.capped
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("max_seconds", -1, "max_seconds=-1: must be a positive number of seconds"),
+    ("max_seconds", float("nan"), "max_seconds=nan"),
+    ("restarts", 0, "restarts=0: must be a positive integer"),
+    ("restarts", 2.5, "restarts=2.5: must be a positive integer"),
+    ("alignment", 48, "alignment=48: must be a power of two"),
+    ("alignment", 0, "alignment=0: must be a power of two"),
+    ("strategy", "best_fit", "strategy='best_fit' is unknown; known: naive, linear_scan, .*, search"),
+    ("nodes", -5, "nodes=-5: must be a positive integer"),
+    ("exact", "yes", "exact='yes': must be True or False"),
+])
+def test_plan_options_are_checked_once(field, value, message):
+    with pytest.raises(PlanError, match=message):
+        PlanOptions(**{field: value})
+
+
+def test_plan_cli_rejects_a_negative_cap():
+    done = subprocess.run([sys.executable, "-m", "reorder", "plan", str(GRAPHS / "mlp_train_0.json"), "--seconds", "-1"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "reorder: error: max_seconds=-1.0: must be a positive number of seconds, or None for no cap"]
 
 
 @settings(max_examples=80)
@@ -94,7 +172,7 @@ def test_order_aware_slab_is_no_larger_than_inductors_best_estimate(name):
 def test_random_graphs_every_strategy(spec, priorities, strategy, alignment):
     graph = build(spec)
     order = random_order(graph, priorities)
-    plan = plan_memory(graph, order, strategy=strategy, alignment=alignment, seconds=600, restarts=3)
+    plan = plan_memory(graph, order, PlanOptions(strategy=strategy, alignment=alignment, restarts=3, max_seconds=600))
     assert not overlaps(plan.starts, plan.ends, plan.sizes, plan.offsets)
     assert all(o % alignment == 0 for o in plan.offsets)
     alias_output = any(graph.is_output[b] and graph.alias_of[b] is not None for b in range(graph.num_buffers))
@@ -169,7 +247,7 @@ def test_pack_cli_contract(capsys, tmp_path):
     inst = load_instance(path)
     offsets = [data["offsets"][i] for i in inst.ids]
     assert not overlaps(inst.starts, inst.ends, inst.sizes, offsets)
-    assert data["lower_bound"] == 14 and data["slab_bytes"] == max(o + z for o, z in zip(offsets, inst.sizes)) == 14
+    assert data["lower_bound"] == 14 and data["slab_bytes"] == max(o + z for o, z in zip(offsets, inst.sizes, strict=True)) == 14
 
 
 @pytest.mark.parametrize("name", ["A.1048576.csv", "resnet50.csv"])
@@ -177,7 +255,7 @@ def test_bundled_offset_instances_pack_validly(name):
     folder = "minimalloc-challenging" if name[0] == "A" else "idealloc-real"
     inst = load_instance(ROOT / "data" / "offset-benchmarks" / folder / name)
     for strategy in ("skyline", "greedy_by_size", "linear_scan"):
-        offsets = pack(inst.starts, inst.ends, inst.sizes, strategy)
+        offsets = pack(inst.starts, inst.ends, inst.sizes, PlanOptions(strategy=strategy))
         if len(offsets) < 400:  # the brute-force oracle is quadratic; validate() covers the large one
             assert not overlaps(inst.starts, inst.ends, inst.sizes, offsets)
         plan = SlabPlan.of_intervals(inst.ids, inst.starts, inst.ends, inst.sizes, offsets, strategy)
@@ -192,7 +270,7 @@ def test_peak_stack_leaves_no_hole_at_the_busiest_step(data):
     starts = data.draw(st.lists(st.integers(0, 12), min_size=n, max_size=n))
     ends = [s + data.draw(st.integers(1, 8)) for s in starts]
     sizes = data.draw(st.lists(st.integers(0, 50), min_size=n, max_size=n))
-    offsets = pack(starts, ends, sizes, "peak_stack")
+    offsets = pack(starts, ends, sizes, PlanOptions(strategy="peak_stack"))
     assert not overlaps(starts, ends, sizes, offsets)
     step, bound = busiest_step(starts, ends, sizes)
     at_step = [i for i in range(n) if starts[i] <= step < ends[i]]
@@ -211,16 +289,17 @@ def test_peak_stack_leaves_no_hole_at_the_busiest_step(data):
 def test_instance_errors(tmp_path, text, message):
     path = tmp_path / "bad.csv"
     path.write_text(text)
-    with pytest.raises(Exception, match=message):
+    with pytest.raises(ReorderError, match=message):
         load_instance(path)
 
 
 def test_plan_cli_contract(capsys):
     name = "resnet18_train_1"
-    assert main(["plan", str(GRAPHS / f"{name}.json"), "--json", "--seconds", "600", "--restarts", "1000"]) == 0
+    assert main(["plan", str(GRAPHS / f"{name}.json"), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert {"order", "slab_bytes", "lower_bound", "strategy", "buffers"} <= set(data)
-    assert data["strategy"] == "search" and data["slab_bytes"] == data["lower_bound"]
+    assert {"order", "slab_bytes", "lower_bound", "strategy", "capped", "buffers"} <= set(data)
+    assert data["strategy"] == "search" and data["slab_bytes"] == data["lower_bound"] == 52_762_880
+    assert data["capped"] is False
     buffers = data["buffers"]
     assert not overlaps([b["start"] for b in buffers], [b["end"] for b in buffers], [b["size"] for b in buffers],
                         [b["offset"] for b in buffers])

@@ -10,7 +10,7 @@ from torch import nn
 
 from benchmarks.zoo import make
 from reorder import PlanError, ReorderError
-from reorder.planning import plan_memory
+from reorder.planning import PlanOptions, plan_memory
 from reorder.schedulers import METHODS, make_method
 from reorder.runtime import capture, slab_module
 from reorder.runtime.executor import SlabModule, out_variant
@@ -108,7 +108,7 @@ def test_random_ops_keep_program_order_under_every_method(method):
     captured = capture(model, x)
     graph = captured.graph
     order = make_method(method).run(graph, list(range(graph.num_nodes))).order
-    run = SlabModule(model, captured, plan_memory(graph, order, include_inputs=False), x.device, method)
+    run = SlabModule(model, captured, plan_memory(graph, order, PlanOptions(include_inputs=False)), x.device, method)
     torch.manual_seed(0)
     with torch.no_grad():
         expected = model(x)

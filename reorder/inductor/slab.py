@@ -24,8 +24,8 @@ emitted, which is ours) and replaces only the placement:
    holds memory while nothing in it is live. Two layouts are planned, one
    chaining lifetimes that merely touch (fewer pools, so fewer allocator
    calls) and one not; the lower replayed peak wins, then fewer allocations. Offsets come from our
-   deterministic search (:func:`reorder.planning.search.search` with a
-   restart budget), and each pool's plan is proved by
+   deterministic search (:func:`reorder.planning.offset_search.search_offsets`
+   with a restart budget), and each pool's plan is proved by
    :meth:`~reorder.planning.SlabPlan.validate` before a line is emitted.
 4. **Not above stock in the replay.** A pool holds its largest size over its whole
    lifetime, while the allocations next to it come and go; so the planner
@@ -54,7 +54,7 @@ import logging
 from typing import Sequence
 
 from ..planning import SlabPlan, align
-from ..planning.search import search
+from ..planning.offset_search import search_offsets
 
 __all__ = ["ALIGNMENT", "PACK_RESTARTS", "SlabOptions", "install_codegen", "plans", "uninstall_codegen"]
 
@@ -350,7 +350,7 @@ def pack_pool(members: list[int], starts, ends, sizes, names: Sequence[str]) -> 
     s = [starts[i] for i in members]
     e = [ends[i] for i in members]
     z = [sizes[i] for i in members]
-    offsets = search(s, e, z, seconds=PACK_SECONDS_CAP, max_restarts=PACK_RESTARTS)
+    offsets = search_offsets(s, e, z, restarts=PACK_RESTARTS, max_seconds=PACK_SECONDS_CAP).offsets
     plan = dataclasses.replace(SlabPlan.of_intervals([names[i] for i in members], s, e, z, offsets, "search"),
                                alignment=ALIGNMENT)
     plan.validate()

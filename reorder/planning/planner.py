@@ -3,137 +3,159 @@
 :func:`plan_memory` plans one order; :func:`plan_orders` plans several
 candidate orders (for example every reordering method's) and keeps the
 smallest slab, since the order with the lowest live-bytes peak does not
-always pack best.
+always pack best. :func:`pack` and :func:`plan_intervals` pack bare
+lifetimes (an offset-packing instance). Each takes one
+:class:`~reorder.planning.options.PlanOptions`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from typing import Callable, Mapping, Sequence
 
 from ..errors import PlanError
 from ..graph import Graph
-from .intervals import align, storage_intervals
-from .exact import DEFAULT_NODES, ExactPacking, pack_exact
+from .exact_packing import ExactPacking, pack_exact
+from .intervals import Storage, align, storage_intervals
+from .offset_search import search_offsets
 from .offsets import STRATEGIES, live_bytes_bound
-from .search import search
+from .options import PlanOptions
 from .slab import SlabPlan
 
-__all__ = ["plan_memory", "plan_orders", "pack", "exact_packing", "STRATEGY_NAMES"]
+__all__ = ["pack", "plan_intervals", "plan_memory", "plan_orders", "solve_packing"]
 
-STRATEGY_NAMES = tuple(STRATEGIES) + ("search",)
-
-#: The ``search`` strategy's time budget when :func:`pack` is given none.
-SEARCH_SECONDS = 1.0
+DEFAULT_OPTIONS = PlanOptions()
 
 
-def check_strategy(strategy: str) -> None:
-    if strategy not in STRATEGY_NAMES:
-        raise PlanError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGY_NAMES)}")
+@dataclasses.dataclass(frozen=True)
+class _Packing:
+    """Offsets from one packing, whether the safety cap cut it short, and the exact packer's record if it ran."""
+
+    offsets: list[int]
+    capped: bool
+    exact: ExactPacking | None
 
 
-def exact_packing(
-    starts: Sequence[int],
-    ends: Sequence[int],
-    sizes: Sequence[int],
-    strategy: str = "search",
-    capacity: int | None = None,
-    nodes: int = DEFAULT_NODES,
-    seconds: float | None = None,
-) -> ExactPacking:
-    """:func:`~reorder.planning.exact.pack_exact` from ``strategy``'s offsets (for ``search``: its own incumbent).
+def _deadline(options: PlanOptions) -> float | None:
+    return None if options.max_seconds is None else time.perf_counter() + options.max_seconds
 
-    Every strategy but ``search`` is deterministic, so the result is too.
-    """
-    check_strategy(strategy)
+
+def _seconds_left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(deadline - time.perf_counter(), 0.0)
+
+
+def _exact(starts: Sequence[int], ends: Sequence[int], sizes: Sequence[int], options: PlanOptions,
+           capacity: int | None, deadline: float | None) -> ExactPacking:
+    strategy = options.strategy
     incumbent = None if strategy == "search" else STRATEGIES[strategy](starts, ends, sizes)
-    return pack_exact(starts, ends, sizes, capacity, nodes=nodes, seconds=seconds, incumbent=incumbent)
+    return pack_exact(starts, ends, sizes, capacity, nodes=options.nodes, max_seconds=_seconds_left(deadline),
+                      incumbent=incumbent)
 
 
-def _packing(
+def solve_packing(
     starts: Sequence[int],
     ends: Sequence[int],
     sizes: Sequence[int],
-    strategy: str,
-    seconds: float | None,
-    restarts: int | None,
-    progress: Callable[[int, int], None] | None,
-    exact: bool,
-    nodes: int,
-) -> tuple[list[int], ExactPacking | None]:
-    """Offsets by ``strategy``, or by the exact packer when ``exact``; with the exact packer's record."""
-    check_strategy(strategy)
-    if exact:
-        found = exact_packing(starts, ends, sizes, strategy, None, nodes, seconds)
-        return list(found.offsets), found
-    if strategy == "search":
-        budget = SEARCH_SECONDS if seconds is None else seconds
-        return search(starts, ends, sizes, seconds=budget, max_restarts=restarts, progress=progress), None
-    return STRATEGIES[strategy](starts, ends, sizes), None
+    capacity: int | None = None,
+    options: PlanOptions = DEFAULT_OPTIONS,
+) -> ExactPacking:
+    """The exact packer (:func:`~reorder.planning.exact_packing.pack_exact`) under ``options``.
+
+    It decides ``capacity``, or without one minimises the slab, from
+    ``options.strategy``'s offsets.
+
+    For ``search`` the exact packer makes its own deterministic incumbent;
+    every other strategy is deterministic, so the result is too (unless
+    ``options.max_seconds`` stops it, which ``clock_stopped`` reports).
+    ``options.nodes`` bounds its effort.
+    """
+    return _exact(starts, ends, sizes, options, capacity, _deadline(options))
+
+
+def _pack(starts: Sequence[int], ends: Sequence[int], sizes: Sequence[int], options: PlanOptions,
+          deadline: float | None, progress: Callable[[int, int], None] | None) -> _Packing:
+    """Offsets by ``options.strategy``, or by the exact packer when ``options.exact``."""
+    if options.exact:
+        found = _exact(starts, ends, sizes, options, None, deadline)
+        return _Packing(list(found.offsets), found.clock_stopped, found)
+    if options.strategy == "search":
+        searched = search_offsets(starts, ends, sizes, restarts=options.restarts,
+                                  max_seconds=_seconds_left(deadline), progress=progress)
+        return _Packing(list(searched.offsets), searched.capped, None)
+    return _Packing(STRATEGIES[options.strategy](starts, ends, sizes), False, None)
 
 
 def pack(
     starts: Sequence[int],
     ends: Sequence[int],
     sizes: Sequence[int],
-    strategy: str = "search",
-    seconds: float | None = None,
-    restarts: int | None = None,
+    options: PlanOptions = DEFAULT_OPTIONS,
     progress: Callable[[int, int], None] | None = None,
-    exact: bool = False,
-    nodes: int = DEFAULT_NODES,
 ) -> list[int]:
-    """Offsets for half-open lifetimes and sizes by ``strategy`` (see :mod:`reorder.planning.offsets`).
+    """Offsets for half-open lifetimes and sizes (already aligned) by ``options``.
 
-    ``seconds`` (default 1), ``restarts`` and ``progress`` go to the
-    ``search`` strategy (see :func:`~reorder.planning.search.search`).
-    ``exact=True`` minimises the slab with
-    :func:`~reorder.planning.exact.pack_exact` instead, within ``nodes``
-    placements and the wall-clock cap ``seconds`` (default none), starting
-    from the ``strategy``'s offsets (for ``search``: its deterministic
-    incumbent).
+    ``options.strategy`` (see :mod:`reorder.planning.offsets`); for
+    ``search`` its ``restarts`` and ``progress(restarts, slab)`` (see
+    :func:`~reorder.planning.offset_search.search_offsets`).
+    ``options.exact`` minimises the slab with the exact packer instead,
+    within ``options.nodes`` placements, from the strategy's offsets (for
+    ``search``: the exact packer's own deterministic incumbent).
+    :func:`plan_intervals` gives the same offsets as a validated plan that
+    also says whether ``options.max_seconds`` cut the work short.
     """
-    return _packing(starts, ends, sizes, strategy, seconds, restarts, progress, exact, nodes)[0]
+    return _pack(starts, ends, sizes, options, _deadline(options), progress).offsets
 
 
-def plan_memory(
-    graph: Graph,
-    order: Sequence[int] | None = None,
-    strategy: str = "search",
-    alignment: int = 64,
-    include_inputs: bool = True,
-    seconds: float | None = None,
-    restarts: int | None = None,
-    exact: bool = False,
-    nodes: int = DEFAULT_NODES,
+def _with_packing(plan: SlabPlan, packing: _Packing) -> SlabPlan:
+    """``plan`` with what the packing adds: the cap, and the exact packer's verdict, effort and proven bound."""
+    found = packing.exact
+    if found is None:
+        return dataclasses.replace(plan, capped=packing.capped)
+    return dataclasses.replace(plan, strategy="exact", tensor_bound=found.lower_bound, status=found.status,
+                               nodes=found.nodes, capped=packing.capped)
+
+
+def plan_intervals(
+    names: Sequence[str],
+    starts: Sequence[int],
+    ends: Sequence[int],
+    sizes: Sequence[int],
+    options: PlanOptions = DEFAULT_OPTIONS,
+    progress: Callable[[int, int], None] | None = None,
 ) -> SlabPlan:
-    """A validated :class:`SlabPlan` for ``order`` (node ids; default the graph's own order).
+    """A validated :class:`SlabPlan` of bare lifetimes and sizes (one ``name`` each), packed as :func:`pack` does.
 
-    ``seconds`` (default 0.5) and ``restarts`` bound the ``search`` strategy,
-    which stops sooner when it reaches the lower bound. ``exact=True`` packs
-    with the exact packer (see :func:`pack`; ``seconds`` is then its
-    wall-clock cap, default none); the plan records its status, effort and
-    proven lower bound.
+    Sizes are taken as given (``options.alignment`` and
+    ``options.include_inputs`` concern graphs only); no order, no workspaces.
     """
-    if seconds is None and not exact:
-        seconds = 0.5
-    order = list(range(graph.num_nodes)) if order is None else list(order)
-    storages = storage_intervals(graph, order, alignment, include_inputs)
+    packing = _pack(starts, ends, sizes, options, _deadline(options), progress)
+    plan = SlabPlan.of_intervals(names, starts, ends, sizes, packing.offsets, options.strategy)
+    plan = _with_packing(plan, packing)
+    plan.validate()
+    return plan
+
+
+def _plan_storages(graph: Graph, order: Sequence[int], storages: list[Storage], options: PlanOptions,
+                   deadline: float | None) -> SlabPlan:
+    """Pack ``storages`` (of ``order``), append the workspaces, validate."""
     starts = [s.start for s in storages]
     ends = [s.end for s in storages]
     sizes = [s.size for s in storages]
-    offsets, found = _packing(starts, ends, sizes, strategy, seconds, restarts, None, exact, nodes)
+    packing = _pack(starts, ends, sizes, options, deadline, None)
+    offsets = packing.offsets
     tensor_bytes = max((o + z for o, z in zip(offsets, sizes)), default=0)
     top = tensor_bytes
     unique = {}
     for v in range(graph.num_nodes):
         if graph.unique_workspace[v]:
-            unique[graph.node_names[v]] = (top, align(graph.unique_workspace[v], alignment))
+            unique[graph.node_names[v]] = (top, align(graph.unique_workspace[v], options.alignment))
             top += unique[graph.node_names[v]][1]
-    shared = (top, align(max(graph.workspace, default=0), alignment))
+    shared = (top, align(max(graph.workspace, default=0), options.alignment))
     names = graph.buffer_names
     plan = SlabPlan(
-        strategy="exact" if exact else strategy,
-        alignment=alignment,
+        strategy=options.strategy,
+        alignment=options.alignment,
         order=tuple(graph.names_of(order)),
         names=tuple(names[s.owner] for s in storages),
         members=tuple(tuple(names[m] for m in s.members) for s in storages),
@@ -142,45 +164,61 @@ def plan_memory(
         sizes=tuple(sizes),
         offsets=tuple(offsets),
         tensor_bytes=tensor_bytes,
-        tensor_bound=live_bytes_bound(starts, ends, sizes) if found is None else found.lower_bound,
+        tensor_bound=live_bytes_bound(starts, ends, sizes),
         unique_workspace=unique,
         shared_workspace=shared,
         symbolic_sizes=tuple(graph.symbolic_size[s.owner] for s in storages),
-        status=None if found is None else found.status,
-        nodes=0 if found is None else found.nodes,
     )
+    plan = _with_packing(plan, packing)
     plan.validate()
     return plan
 
 
+def plan_memory(graph: Graph, order: Sequence[int] | None = None, options: PlanOptions = DEFAULT_OPTIONS) -> SlabPlan:
+    """A validated :class:`SlabPlan` for ``order`` (node ids; default the graph's own order).
+
+    The ``search`` strategy runs ``options.restarts`` restarts, or stops
+    sooner when it reaches the lower bound. With ``options.exact`` the plan
+    records the exact packer's status, effort and proven lower bound.
+    ``capped`` says whether ``options.max_seconds`` cut the work short.
+    """
+    order = list(range(graph.num_nodes)) if order is None else list(order)
+    storages = storage_intervals(graph, order, options.alignment, options.include_inputs)
+    return _plan_storages(graph, order, storages, options, _deadline(options))
+
+
 def plan_orders(
-    graph: Graph,
-    orders: Mapping[str, Sequence[int]],
-    strategy: str = "search",
-    alignment: int = 64,
-    include_inputs: bool = True,
-    seconds: float | None = None,
-    restarts: int | None = None,
-    exact: bool = False,
-    nodes: int = DEFAULT_NODES,
+    graph: Graph, orders: Mapping[str, Sequence[int]], options: PlanOptions = DEFAULT_OPTIONS
 ) -> tuple[str, SlabPlan]:
     """Plan each candidate order, return ``(name, plan)`` of the smallest slab (ties: first given).
 
-    Identical orders are planned once; ``seconds`` (default 2 for the
-    ``search`` strategy, none for the exact packer) is shared equally among
-    them; ``nodes`` is each order's.
+    Identical orders are planned once. Orders are planned from the lowest
+    live-bytes bound up, and one whose bound cannot beat the best slab so far
+    is not planned: the answer is the one planning every order gives, for
+    less work. ``options.restarts`` and ``options.nodes`` are each order's;
+    ``options.max_seconds`` caps the whole call, and the plan is ``capped``
+    if the cap cut any order's packing short.
     """
-    if seconds is None and not exact:
-        seconds = 2.0
+    deadline = _deadline(options)
     unique_orders: dict[tuple[int, ...], str] = {}
     for name, order in orders.items():
         unique_orders.setdefault(tuple(order), name)
     if not unique_orders:
         raise PlanError("plan_orders needs at least one order")
-    share = None if seconds is None else seconds / len(unique_orders)
-    best: tuple[str, SlabPlan] | None = None
-    for order, name in unique_orders.items():
-        plan = plan_memory(graph, order, strategy, alignment, include_inputs, share, restarts, exact, nodes)
-        if best is None or plan.slab_bytes < best[1].slab_bytes:
-            best = (name, plan)
-    return best
+    candidates = []
+    for index, (order, name) in enumerate(unique_orders.items()):
+        storages = storage_intervals(graph, order, options.alignment, options.include_inputs)
+        bound = live_bytes_bound([s.start for s in storages], [s.end for s in storages], [s.size for s in storages])
+        candidates.append((bound, index, name, order, storages))
+    candidates.sort(key=lambda c: c[:2])
+    best: tuple[int, int, str, SlabPlan] | None = None  # (tensor bytes, index, name, plan)
+    capped = False
+    for bound, index, name, order, storages in candidates:
+        # The workspace region does not depend on the order, so tensor bytes rank the slabs.
+        if best is not None and (bound, index) > best[:2]:
+            continue
+        plan = _plan_storages(graph, order, storages, options, deadline)
+        capped = capped or plan.capped
+        if best is None or (plan.tensor_bytes, index) < best[:2]:
+            best = (plan.tensor_bytes, index, name, plan)
+    return best[2], dataclasses.replace(best[3], capped=capped)

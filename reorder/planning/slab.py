@@ -29,8 +29,11 @@ class SlabPlan:
     the exact packer proved it); ``lower_bound`` adds the workspace region:
     no plan with this layout can be smaller. ``status`` and ``nodes``: the
     exact packer's verdict and effort (see
-    :class:`~reorder.planning.exact.ExactPacking`); None and 0 for the
-    other strategies.
+    :class:`~reorder.planning.exact_packing.ExactPacking`); None and 0 for
+    the other strategies. ``capped``: the wall-clock safety cap
+    (``PlanOptions.max_seconds``) ended the search or the exact packer
+    before its count of work was done, so the offsets may depend on the
+    machine's speed.
     """
 
     strategy: str
@@ -49,6 +52,7 @@ class SlabPlan:
     symbolic_sizes: tuple[str | None, ...] = ()  # the size expressions of symbolic graphs, for reports
     status: str | None = None
     nodes: int = 0
+    capped: bool = False
 
     @classmethod
     def of_intervals(cls, names, starts, ends, sizes, offsets, strategy: str = "manual") -> "SlabPlan":
@@ -135,7 +139,7 @@ class SlabPlan:
             raise PlanError(f"shared workspace at {self.shared_workspace[0]}, expected {end}")
 
     def to_json(self) -> dict:
-        """The ``plan`` CLI object: order, slab_bytes, lower_bound, strategy, buffers [...]."""
+        """The ``plan`` CLI object: order, slab_bytes, lower_bound, strategy, capped, buffers [...]."""
         return {
             "strategy": self.strategy,
             "alignment": self.alignment,
@@ -144,6 +148,7 @@ class SlabPlan:
             "lower_bound": self.lower_bound,
             "ratio": self.ratio,
             "tensor_bytes": self.tensor_bytes,
+            "capped": self.capped,
             **({"status": self.status, "nodes": self.nodes} if self.status else {}),
             "buffers": [
                 {"name": self.names[k], "offset": self.offsets[k], "size": self.sizes[k], "start": self.starts[k],

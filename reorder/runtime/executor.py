@@ -25,7 +25,7 @@ import torch
 from torch.utils._pytree import tree_map, tree_unflatten
 
 from ..errors import ReorderError
-from ..planning import SlabPlan, plan_orders
+from ..planning import DEFAULT_MAX_SECONDS, DEFAULT_RESTARTS, PlanOptions, SlabPlan, plan_orders
 from ..schedulers import reorder_for_peak_memory
 from .capture import Captured, capture, check_call
 from .meter import AllocationMeter
@@ -195,8 +195,8 @@ def slab_module(
     methods: Sequence[str] | None = None,
     strategy: str = "search",
     alignment: int = 64,
-    seconds: float = 1.0,
-    restarts: int | None = None,
+    seconds: float | None = DEFAULT_MAX_SECONDS,
+    restarts: int = DEFAULT_RESTARTS,
     copy_outputs: bool = True,
     verify: bool = False,
 ) -> SlabModule:
@@ -206,13 +206,15 @@ def slab_module(
     (:class:`~reorder.planning.SlabPlan`) has ``slab_bytes`` and
     ``lower_bound``. ``device`` defaults to the example inputs' device.
     ``methods`` are the reordering methods (default: all); each method's
-    order is planned and the smallest slab kept; ``seconds`` and ``restarts``
-    bound the slab search (see :func:`~reorder.planning.pack`).
+    order is planned and the smallest slab kept; ``restarts`` is the slab
+    search's effort and ``seconds`` its safety cap (see
+    :class:`~reorder.planning.PlanOptions`).
     """
     if device is None:
         device = example_inputs[0].device if example_inputs else torch.device("cpu")
     captured = capture(module, *example_inputs)
     result = reorder_for_peak_memory(captured.graph, methods)
-    method, plan = plan_orders(captured.graph, result.orders, strategy, alignment, include_inputs=False,
-                               seconds=seconds, restarts=restarts)
+    options = PlanOptions(strategy=strategy, alignment=alignment, include_inputs=False, restarts=restarts,
+                          max_seconds=seconds)
+    method, plan = plan_orders(captured.graph, result.orders, options)
     return SlabModule(module, captured, plan, torch.device(device), method, copy_outputs, verify)

@@ -49,7 +49,7 @@ from typing import Sequence
 
 from ..errors import PlanError
 from .offsets import live_bytes_bound
-from .search import search
+from .offset_search import search_offsets
 
 __all__ = ["ExactPacking", "pack_exact"]
 
@@ -64,7 +64,8 @@ DEFAULT_NODES = 2_000_000
 MAX_OVERLAPPING_PAIRS = 3_000_000
 
 #: Random restarts of the ``search`` strategy that gives the incumbent (a
-#: fixed count, so that the incumbent is deterministic).
+#: fixed count, so that the incumbent is deterministic; greedy-by-size and
+#: the peak stack always run for it, whatever their work).
 INCUMBENT_RESTARTS = 20
 
 #: Static rankings tried in turn (see the module docstring).
@@ -86,7 +87,7 @@ class ExactPacking:
     ``lower_bound``: no packing has a smaller slab (the live-bytes bound, or
     one more than the largest capacity proven infeasible). ``nodes``:
     placements tried; ``seconds``: wall time; ``clock_stopped``: the
-    wall-clock cap ended the search; ``note`` says why no search ran, if so.
+    wall-clock cap (``max_seconds``) ended the search; ``note`` says why no search ran, if so.
     """
 
     status: str
@@ -180,7 +181,7 @@ class _Split:
         self.pieces, self.next, self.kept = pieces, 0, []
 
 
-class _Search:
+class _BranchAndBound:
     """Depth-first search for a canonical packing under a capacity, with one static ranking.
 
     State, restored exactly on backtracking: ``offset[i]`` (or UNPLACED),
@@ -384,7 +385,7 @@ def _decide(sections: _Sections, sizes: Sequence[int], widths: Sequence[int], bu
     while spent < nodes:
         limit *= 2
         for ranking in RANKINGS:
-            searcher = _Search(sections, sizes, widths, buffers, ranking)
+            searcher = _BranchAndBound(sections, sizes, widths, buffers, ranking)
             found = searcher.run(capacity, min(limit, nodes - spent), deadline)
             spent += searcher.nodes
             if found is not None:
@@ -405,7 +406,7 @@ def pack_exact(
     capacity: int | None = None,
     *,
     nodes: int = DEFAULT_NODES,
-    seconds: float | None = None,
+    max_seconds: float | None = None,
     incumbent: Sequence[int] | None = None,
 ) -> ExactPacking:
     """Offsets within ``capacity`` bytes, or proof that none exist; without a capacity, the smallest slab.
@@ -421,7 +422,7 @@ def pack_exact(
     else "feasible".
 
     ``nodes`` bounds the placements tried (the result depends on it, never on
-    the machine); ``seconds`` is an optional wall-clock cap, reported in
+    the machine); ``max_seconds`` is an optional wall-clock cap, reported in
     ``clock_stopped`` when it ends the search. Instances with more than
     :data:`MAX_OVERLAPPING_PAIRS` overlapping pairs get the incumbent only
     (see ``note``).
@@ -433,7 +434,7 @@ def pack_exact(
     Hardware-Accelerated Machine Learning", ASPLOS 2023.
     """
     t0 = time.perf_counter()
-    deadline = None if seconds is None else t0 + seconds
+    deadline = None if max_seconds is None else t0 + max_seconds
     n = len(sizes)
     if not len(starts) == len(ends) == n:
         raise PlanError(f"pack_exact: {len(starts)} starts, {len(ends)} ends and {n} sizes; one each per buffer")
@@ -454,8 +455,8 @@ def pack_exact(
     if capacity is not None and capacity < bound:
         return result("infeasible", None, bound, note=f"{bound} bytes are live at one step")
     if incumbent is None:
-        incumbent = search(starts, ends, sizes, seconds=seconds if seconds is not None else float("inf"),
-                           max_restarts=INCUMBENT_RESTARTS)
+        incumbent = search_offsets(starts, ends, sizes, restarts=INCUMBENT_RESTARTS, max_seconds=max_seconds,
+                                   greedy_work_limit=None).offsets
     best = list(incumbent)
     best_slab = _slab(best, sizes)
     if best_slab == bound:
