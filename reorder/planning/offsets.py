@@ -27,8 +27,8 @@ strategy can beat the largest total size live at one step
   leaving it, and raise the valley to its lower neighbour when none fits.
   Storages land on what is below them, so no holes are left except where
   nothing fits.
-* ``search`` (:mod:`reorder.planning.search`): a portfolio of the above
-  and randomised skylines within a time budget; the best valid result wins.
+* ``search`` (:mod:`reorder.planning.offset_search`): a portfolio of the
+  above and a fixed number of randomised skylines; the best valid result wins.
 """
 
 from __future__ import annotations
