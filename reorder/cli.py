@@ -356,8 +356,8 @@ def add_search_options(p: argparse.ArgumentParser) -> None:
                    help=f"effort of the search strategy: random restarts per order (default {DEFAULT_RESTARTS}); "
                         "results depend on it, not on the machine")
     p.add_argument("--seconds", type=float,
-                   help=f"wall-clock safety cap on the slab search or the exact packer (default {DEFAULT_MAX_SECONDS:g}); "
-                        "reported when it stops them")
+                   help=f"wall-clock safety cap on the slab search or the exact packer "
+                        f"(default {DEFAULT_MAX_SECONDS:g}); reported when it stops them")
 
 
 def add_exact_options(p: argparse.ArgumentParser) -> None:

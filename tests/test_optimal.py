@@ -105,7 +105,8 @@ def test_joint_order_and_offsets_match_the_brute_force_smallest_slab(spec):
     from reorder.planning import PlanOptions, plan_memory
 
     graph = build(spec)
-    smallest = min(plan_memory(graph, o, PlanOptions(alignment=1, exact=True)).tensor_bytes for o in all_topological_orders(graph))
+    exact = PlanOptions(alignment=1, exact=True)
+    smallest = min(plan_memory(graph, o, exact).tensor_bytes for o in all_topological_orders(graph))
     joint = joint_optimum(graph, effort=5, alignment=1)
     graph.check_order(joint.order)
     assert joint.proven and joint.slab == joint.bound == smallest <= joint.min_peak_slab

@@ -12,8 +12,8 @@ from helpers import FIGURES, GRAPH_NAMES, GRAPHS, ROOT, build, graph_specs, rand
 
 from reorder import BufferSpec, InputSpec, NodeSpec, PlanError, ReorderError, build_graph, estimate_peak_memory, load_graph
 from reorder.cli import main
-from reorder.planning import (STRATEGY_NAMES, PlanOptions, SlabPlan, live_bytes_bound, load_instance, pack, plan_intervals,
-                              plan_memory, plan_orders, search_offsets)
+from reorder.planning import (STRATEGY_NAMES, PlanOptions, SlabPlan, live_bytes_bound, load_instance, pack,
+                              plan_intervals, plan_memory, plan_orders, search_offsets)
 from reorder.planning.intervals import storage_intervals
 from reorder.planning.offsets import busiest_step
 from reorder.schedulers import reorder_for_peak_memory

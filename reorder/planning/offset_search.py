@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 
 from .offsets import compact, greedy_by_size, linear_scan, live_bytes_bound, peak_stack, skyline
 
-__all__ = ["GREEDY_WORK_LIMIT", "SearchedOffsets", "search_offsets"]
+__all__ = ["GREEDY_WORK_LIMIT", "SearchedOffsets", "greedy_work", "search_offsets"]
 
 #: Share of restarts that perturb the best weights found so far (the rest draw
 #: fresh ones), and the spread of the multiplicative noise. A–K geomean with

@@ -44,7 +44,9 @@ class PlanOptions:
     a multiple of it (a power of two, in bytes). ``include_inputs``: plan the
     freeable graph inputs too (False leaves them to the caller).
     ``restarts``: random skyline restarts of the ``search`` strategy per
-    order, its effort: the plan depends on it, never on the machine.
+    order, its effort: the plan depends on it, never on the machine (the
+    exact packer's own incumbent has a fixed count,
+    :data:`~reorder.planning.exact_packing.INCUMBENT_RESTARTS`).
     ``max_seconds``: a wall-clock safety cap on the whole call (None: none);
     when it stops the search or the exact packer, the plan's ``capped`` says
     so. ``exact``: minimise the slab with the exact packer
@@ -73,6 +75,6 @@ class PlanOptions:
         seconds = self.max_seconds
         if seconds is not None and not (isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
                                         and seconds > 0):  # NaN fails the comparison too
-            raise PlanError(f"max_seconds={self.max_seconds!r}: must be a positive number of seconds, or None for no cap")
+            raise PlanError(f"max_seconds={seconds!r}: must be a positive number of seconds, or None for no cap")
         if not _is_int(self.nodes) or self.nodes < 1:
             raise PlanError(f"nodes={self.nodes!r}: must be a positive integer")
