@@ -13,8 +13,9 @@
 
 The smallest slab wins. The effort is a count, so the offsets depend only on
 the instance, ``restarts`` and ``seed``: the same on any machine under any
-load. ``max_seconds`` is a safety cap, checked between steps (a step in
-flight finishes); when it ends the search early, the result says so.
+load. ``max_seconds`` is a safety cap, checked between steps: a step is not
+started when one as long as the last would end past it (a step in flight
+finishes). When the cap ends the search early, the result says so.
 """
 
 from __future__ import annotations
@@ -103,8 +104,18 @@ def search_offsets(
     def result(capped: bool) -> SearchedOffsets:
         return SearchedOffsets(tuple(best), best_slab, restarted, capped)
 
+    last_step = 0.0  # seconds the last step took
+
+    def timed(run: Callable[[], list[int]]) -> list[int]:
+        nonlocal last_step
+        t0 = time.perf_counter()
+        offsets = run()
+        last_step = time.perf_counter() - t0
+        return offsets
+
     def out_of_time() -> bool:
-        return deadline is not None and time.perf_counter() > deadline
+        """Would a step as long as the last end past the cap?"""
+        return deadline is not None and time.perf_counter() + last_step > deadline
 
     consider(linear_scan(starts, ends, sizes))  # O(n log n): something to return under any cap
     portfolio = [partial(skyline, starts, ends, sizes, rule=rule) for rule in ("area", "width", "size")]
@@ -115,7 +126,7 @@ def search_offsets(
             return result(False)
         if out_of_time():
             return result(True)
-        consider(run())
+        consider(timed(run))
     rng = random.Random(seed)
     n = len(sizes)
     span = [e - s for s, e in zip(starts, ends)]
@@ -132,10 +143,11 @@ def search_offsets(
             mix = rng.random()
             weights = [span[i] ** (1 - mix) * (sizes[i] + 1) ** mix * (1 + 0.1 * rng.random()) for i in range(n)]
         previous_best = best_slab
-        if consider(skyline(starts, ends, sizes, weights=weights)) <= previous_best:  # equal slabs move too
+        slab = consider(timed(partial(skyline, starts, ends, sizes, weights=weights)))
+        if slab <= previous_best:  # equal slabs move too: plateaus are walked
             best_weights = weights
     if best_slab > bound and affordable:
         if out_of_time():
             return result(True)
-        consider(compact(starts, ends, sizes, best))
+        consider(timed(partial(compact, starts, ends, sizes, best)))
     return result(False)
