@@ -30,7 +30,7 @@ from .synthetic import layered_graph
 DATA = Path(__file__).resolve().parent.parent / "data" / "offset-benchmarks"
 
 #: The search's restarts per instance by default: A-K's geomean slab/capacity
-#: 1.079, what a 10 s budget gave on this project's machines (2,000 restarts: 1.085).
+#: 1.079, what a 10 s budget gave on this project's machines (2,000 restarts: about 1.085).
 RESTARTS = 6000
 
 
