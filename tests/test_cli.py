@@ -58,7 +58,7 @@ def test_optimize_table(capsys):
 @pytest.mark.parametrize("argv, message", [
     (["estimate", "missing.json"], "no such file or folder: missing.json"),
     (["optimize", str(GRAPHS / "mlp_infer_0.json"), "--methods", "magic"], "unknown method 'magic'"),
-    (["plan", str(GRAPHS / "mlp_infer_0.json"), "--alignment", "0"], "alignment must be a positive number of bytes, got 0"),
+    (["plan", str(GRAPHS / "mlp_infer_0.json"), "--alignment", "0"], "alignment=0: must be a power of two"),
     (["plan", str(GRAPHS.parent.parent.parent / "README.md")], "not valid JSON"),
 ])
 def test_errors_are_one_line_and_exit_2(capsys, argv, message):

@@ -17,7 +17,7 @@ def is_png(path):
 
 def test_plot_command_writes_a_png(tmp_path, capsys):
     out = tmp_path / "vgg.png"
-    assert main(["plot", str(GRAPHS / "vgg16_train_1.json"), "--out", str(out), "--seconds", "0.2"]) == 0
+    assert main(["plot", str(GRAPHS / "vgg16_train_1.json"), "--out", str(out)]) == 0
     assert is_png(out)
     assert "peak 73589136 -> 72343552 (exact), slab 72343552" in capsys.readouterr().out
 
@@ -29,7 +29,7 @@ def test_demo_reorders_plans_and_draws(tmp_path, capsys):
         shutil.copy(GRAPHS / f"{name}.json", folder)
     optima = json.loads((GRAPHS / "optima.json").read_text())
     (folder / "optima.json").write_text(json.dumps({"gpt_train_1": optima["gpt_train_1"]}))
-    assert main(["demo", str(folder), "--out", str(tmp_path / "out"), "--seconds", "0.2"]) == 0
+    assert main(["demo", str(folder), "--out", str(tmp_path / "out")]) == 0
     text = capsys.readouterr().out
     assert "ours <= Inductor's best on every graph: True; lower on 1 of 2." in text
     rows = {line.split()[0]: line for line in text.splitlines() if line.startswith(("mlp_train_1", "gpt_train_1"))}
