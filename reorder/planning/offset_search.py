@@ -41,7 +41,7 @@ SIGMA = 0.3
 #: (overlap checks, :func:`greedy_work`) is at most this: about 6 s each on
 #: this project's 2-core machines. Every bundled graph and MiniMalloc
 #: instance is far below it (resnet50's trace: 0.4 M); idealloc's PanGu
-#: (24 M) and S_1 (84 M) traces are above, where each would take minutes.
+#: (24 M: about 20 s each) and S_1 (84 M: over a minute each) are above.
 GREEDY_WORK_LIMIT = 5_000_000
 
 
@@ -87,15 +87,21 @@ def search_offsets(
     deadline = None if max_seconds is None else time.perf_counter() + max_seconds
     bound = live_bytes_bound(starts, ends, sizes)
     affordable = greedy_work_limit is None or greedy_work(starts, ends) <= greedy_work_limit
-    best: list[int] = []
-    best_slab = -1
     restarted = 0
+
+    def slab_of(offsets: list[int]) -> int:
+        return max((o + z for o, z in zip(offsets, sizes)), default=0)
+
+    best = linear_scan(starts, ends, sizes)  # O(n log n): something to return under any cap
+    best_slab = slab_of(best)
+    if progress is not None:
+        progress(restarted, best_slab)
 
     def consider(offsets: list[int]) -> int:
         """Keep ``offsets`` if their slab is the smallest yet; return that slab."""
         nonlocal best, best_slab
-        slab = max((o + z for o, z in zip(offsets, sizes)), default=0)
-        if best_slab < 0 or slab < best_slab:
+        slab = slab_of(offsets)
+        if slab < best_slab:
             best, best_slab = offsets, slab
             if progress is not None:
                 progress(restarted, slab)
@@ -117,7 +123,6 @@ def search_offsets(
         """Would a step as long as the last end past the cap?"""
         return deadline is not None and time.perf_counter() + last_step > deadline
 
-    consider(linear_scan(starts, ends, sizes))  # O(n log n): something to return under any cap
     portfolio = [partial(skyline, starts, ends, sizes, rule=rule) for rule in ("area", "width", "size")]
     if affordable:
         portfolio += [partial(greedy_by_size, starts, ends, sizes), partial(peak_stack, starts, ends, sizes)]
