@@ -150,6 +150,7 @@ def test_too_many_overlaps_keeps_the_incumbent(monkeypatch):
     (([0], [1, 2], [1]), "1 starts, 2 ends and 1 sizes"),
     (([0], [0], [1]), "buffer 0 needs size >= 0 and start < end"),
     (([0], [1], [-1]), "buffer 0 needs size >= 0"),
+    (([0], [1], [1], -4), "capacity=-4: must be a non-negative number of bytes"),
 ])
 def test_bad_input_is_named(args, message):
     with pytest.raises(PlanError, match=message):

@@ -428,7 +428,7 @@ def pack_exact(
     (see ``note``).
 
     Raises :class:`PlanError` for lists of different lengths, a negative size
-    or an empty lifetime.
+    or capacity, or an empty lifetime.
 
     Reference: M. D. Moffitt, "MiniMalloc: A Lightweight Memory Allocator for
     Hardware-Accelerated Machine Learning", ASPLOS 2023.
@@ -442,6 +442,8 @@ def pack_exact(
         if sizes[i] < 0 or starts[i] >= ends[i]:
             raise PlanError(f"pack_exact: buffer {i} needs size >= 0 and start < end, got size {sizes[i]}, "
                             f"lifetime [{starts[i]}, {ends[i]})")
+    if capacity is not None and capacity < 0:
+        raise PlanError(f"pack_exact: capacity={capacity}: must be a non-negative number of bytes")
     if incumbent is not None and len(incumbent) != n:
         raise PlanError(f"pack_exact: {len(incumbent)} incumbent offsets for {n} buffers")
     bound = live_bytes_bound(starts, ends, sizes)
