@@ -191,6 +191,11 @@ def peak_composition(tree: list, device: torch.device, peak_time: int, calls: li
 KINETO_MARKER = b"USDT:"
 
 
+def _flush_stderr() -> None:
+    if sys.stderr is not None:  # None under pythonw
+        sys.stderr.flush()
+
+
 @contextlib.contextmanager
 def without_kineto_markers() -> Iterator[None]:
     """Drop the lines Kineto writes to file descriptor 2 that start with ``USDT:``; keep every other line.
@@ -200,7 +205,7 @@ def without_kineto_markers() -> Iterator[None]:
     Meant for the profiler's start and stop only: anything written to
     stderr inside the block appears when the block ends, not before.
     """
-    sys.stderr.flush()
+    _flush_stderr()
     saved = os.dup(2)
     try:
         with tempfile.TemporaryFile() as sink:
@@ -208,7 +213,7 @@ def without_kineto_markers() -> Iterator[None]:
             try:
                 yield
             finally:
-                sys.stderr.flush()
+                _flush_stderr()
                 os.dup2(saved, 2)
                 sink.seek(0)
                 kept = [line for line in sink.read().splitlines(keepends=True) if not line.startswith(KINETO_MARKER)]
