@@ -7,7 +7,10 @@ gradients checked against stock; a second call gives the steady time
 :func:`reorder.measure.measure`. A training step is the compiled function
 (forward and loss), ``loss.backward()`` and ``SGD.step()`` (the optimizer
 is eager, outside the compiled function); gradients are set to None before
-each call, so what a step leaves allocated is its gradients.
+each call, so what a step leaves allocated is its gradients. Each variant's
+entry keeps the records of its first call's compiles (``"records"``: each
+record's ``to_dict()``; :func:`benchmarks.variants.load_records` reads them
+back, and the entries of rows cached before them).
 """
 
 from __future__ import annotations
