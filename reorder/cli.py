@@ -103,15 +103,18 @@ def add_methods(p: argparse.ArgumentParser, help: str = "reordering methods (as 
 
 
 def method_list(text: str | None) -> list[str] | None:
-    """``--methods`` as method specs (None: the default methods); the method registry checks every name and
-    option and raises one line naming what is wrong."""
+    """``--methods`` as method specs (None: the default methods). The method registry checks every name and
+    option; its one-line error comes out after the flag and its value."""
     from .schedulers import make_method, split_methods
 
     if text is None:
         return None
-    specs = split_methods(text)
-    for spec in specs:
-        make_method(spec)
+    try:
+        specs = split_methods(text)
+        for spec in specs:
+            make_method(spec)
+    except ReorderError as exc:
+        raise ReorderError(f"--methods {text!r}: {exc}") from None
     return specs
 
 
