@@ -309,7 +309,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def pack_arguments(p: argparse.ArgumentParser) -> None:
     add_file(p, "a packing instance (CSV id,lower,upper,size)")
     add_packing_arguments(p)
-    p.add_argument("--capacity", type=int, help="with --exact: decide whether a slab of this many bytes suffices")
+    p.add_argument("--capacity", type=byte_count, help="with --exact: decide whether a slab of this many bytes suffices")
+
+
+def byte_count(text: str) -> int:
+    """An argparse type: a whole number of bytes, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number of bytes >= 0, got {text!r}")
+    return value
 
 
 @command("pack", "pack an offset instance (CSV id,lower,upper,size; file or folder of them)", pack_arguments,
@@ -573,7 +584,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="reorder", description=__doc__.splitlines()[0])
+    parser = Parser(prog="reorder", description="Estimate, lower and plan the peak memory of Inductor graphs.")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="log each method's peak (INFO on the 'reorder' logger); with plan, list every buffer")
     sub = parser.add_subparsers(dest="command", required=True)

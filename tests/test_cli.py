@@ -198,6 +198,8 @@ def test_a_folder_without_inputs_is_one_line(tmp_path, command):
      "reorder: error: unrecognized arguments: --json (see 'reorder --help')"),
     ([], "reorder: error: the following arguments are required: command (see 'reorder --help')"),
     (["pack", "x.csv", "--capacity", "4"], "reorder: error: --capacity needs --exact (got --capacity 4 without it)"),
+    (["pack", "x.csv", "--exact", "--capacity", "-5"],
+     "reorder: error: argument --capacity: expected a whole number of bytes >= 0, got '-5' (see 'reorder pack --help')"),
     (["optimize", GRAPHS / "mlp_infer_0.json", "--methods", "magic"],
      "reorder: error: --methods 'magic': unknown method 'magic'; known: baseline, bfs, dfs, exact, lpmf, optimal, "
      "refine"),
