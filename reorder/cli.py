@@ -264,6 +264,58 @@ def cmd_capture(args: argparse.Namespace) -> int:
     return 0
 
 
+#: ``reorder compare``'s own options, also accepted after the script (before a ``--``).
+COMPARE_OPTIONS = {"--variants": True, "--device": True, "--out": True, "--json": False}
+
+
+def split_script_args(rest: Sequence[str], options: dict[str, bool]) -> tuple[dict[str, str | bool], list[str]]:
+    """Our ``options`` (name -> takes a value) found among a script's arguments, and the script's own arguments.
+
+    Everything after a ``--`` belongs to the script, so a script option
+    spelled like ours can still reach it.
+    """
+    ours: dict[str, str | bool] = {}
+    script_args: list[str] = []
+    items = list(rest)
+    while items:
+        item = items.pop(0)
+        if item == "--":
+            script_args += items
+            break
+        name, equals, value = item.partition("=")
+        if name in options:
+            if not options[name]:
+                ours[name] = True
+            elif equals:
+                ours[name] = value
+            elif items:
+                ours[name] = items.pop(0)
+            else:
+                raise ReorderError(f"{name} needs a value")
+        else:
+            script_args.append(item)
+    return ours, script_args
+
+
+@command
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Run a script once per variant in fresh processes; real peaks, a sentence, a plot (JSON: every figure)."""
+    from .compare import compare
+
+    found, script_args = split_script_args(args.script_args, COMPARE_OPTIONS)
+    variants = str(found.get("--variants", args.variants))
+    comparison = compare(args.script, script_args, [v for v in variants.split(",") if v],
+                         str(found.get("--device", args.device)), found.get("--out", args.out))
+    if args.json or found.get("--json"):
+        print(json.dumps(comparison.to_json(), indent=1))
+        return 0
+    print(comparison.table())
+    print(comparison.sentence)
+    if comparison.plot:
+        print(f"plot: {comparison.plot}")
+    return 0
+
+
 @command
 def cmd_plot(args: argparse.Namespace) -> int:
     """Live bytes per step (baseline vs the chosen order) and the slab layout, in one PNG."""
@@ -396,6 +448,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("script")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     p.add_argument("--out", default="captured", help="folder for the graphs (default: ./captured)")
+
+    p = sub.add_parser("compare", help="run a script under every variant, each in a fresh process; real memory side by side")
+    p.add_argument("script")
+    p.add_argument("script_args", nargs=argparse.REMAINDER,
+                   help="arguments passed to the script (our options may follow them; after '--' all go to the script)")
+    p.add_argument("--variants", default="stock,hook,slab,guard", help="comma-separated: stock, hook, slab, guard")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--out", default="compare-out", help="folder for the plot and compare.json (default: ./compare-out)")
+    p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("demo", help="reorder and plan every graph in a folder, print a table, draw plots")
     p.add_argument("folder", nargs="?", default=str(BUNDLED_GRAPHS), help="default: the bundled Inductor graphs")
