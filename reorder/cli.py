@@ -15,10 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import runpy
 import sys
 import time
-import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -28,9 +26,10 @@ from .graph import Graph
 from .io import load_graph
 from .optima import OPTIMA_FILE, optimum_for
 from .report import Progress, format_bytes, format_table
+from .script import run_script, split_script_args
 from .timeline import estimate_peak_memory, estimate_peak_memory_allocfree, lower_bound
 
-__all__ = ["COMMANDS", "Command", "build_parser", "graph_files", "main", "run_script"]
+__all__ = ["COMMANDS", "Command", "build_parser", "graph_files", "main"]
 
 log = logging.getLogger("reorder")
 
@@ -391,39 +390,6 @@ def pack_exactly(args: argparse.Namespace, inst) -> dict:
 # capture
 
 
-def run_script(script: str | Path, argv: Sequence[str] = ()) -> None:
-    """Run a Python file as ``python SCRIPT ARGV...`` would, in this process: ``__name__ == "__main__"``,
-    ``__file__`` set, ``sys.argv == [SCRIPT, *ARGV]`` and the script's folder first on ``sys.path`` (so
-    ``from models import CNN`` finds ``models.py`` next to it). ``sys.argv``, ``sys.path`` and
-    ``sys.modules["__main__"]`` are put back afterwards, also when the script fails; modules it imported
-    stay imported.
-
-    ``sys.exit()`` or ``sys.exit(0)`` in the script ends it normally. Raises :class:`ReorderError` naming
-    the script, its exception and the line of the script it came from when the script raises, or its
-    status when it exits with another one (the script's traceback is logged at INFO: ``reorder -v``).
-    """
-    path = Path(script)
-    if not path.is_file():
-        raise ReorderError(f"no such script: {path}")
-    saved_argv, saved_path = sys.argv, list(sys.path)
-    sys.argv = [str(path), *argv]
-    sys.path.insert(0, str(path.resolve().parent))
-    try:
-        runpy.run_path(str(path.absolute()), run_name="__main__")
-    except SystemExit as exc:
-        if exc.code not in (None, 0):
-            raise ReorderError(f"{path} exited with status {exc.code}") from None
-    except Exception as exc:  # noqa: BLE001 - the script's own error, reported as one line
-        frames = traceback.extract_tb(exc.__traceback__)
-        own = [f for f in frames if Path(f.filename).resolve() == path.resolve()] or frames
-        where = f" (line {own[-1].lineno} of {own[-1].filename})" if own else ""
-        log.info("%s", "".join(traceback.format_exception(exc)).rstrip())
-        raise ReorderError(f"{path} raised {type(exc).__name__}: {exc}{where}") from exc
-    finally:
-        sys.argv = saved_argv
-        sys.path[:] = saved_path
-
-
 def capture_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("script", help="the Python file to run (as 'python SCRIPT ARGS...' would)")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments passed to the script")
@@ -435,14 +401,8 @@ def cmd_capture(args: argparse.Namespace) -> int:
     """Run a script with the Inductor hook on; write every compiled graph and Inductor's figures to --out."""
     from . import inductor
 
-    rest = list(args.script_args)
-    out = Path(args.out)
-    if "--out" in rest:  # accepted after the script too
-        i = rest.index("--out")
-        if i + 1 >= len(rest):
-            raise ReorderError("--out needs a folder")
-        out = Path(rest[i + 1])
-        del rest[i:i + 2]
+    found, rest = split_script_args(args.script_args, {"--out": True})  # --out is accepted after the script too
+    out = Path(found.get("--out", args.out))
     with inductor.use(capture_dir=out) as session:
         run_script(args.script, rest)
     for fallback in session.fallbacks:
@@ -455,6 +415,44 @@ def cmd_capture(args: argparse.Namespace) -> int:
     print(format_table(["graph", "nodes", "Inductor baseline", "Inductor best", "ours", "method"], rows))
     print(f"wrote {len(captured)} graphs and inductor-figures.json to {out} (Inductor's caches were off while "
           f"capturing, so every compiled graph went through the pass)")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# compare
+
+
+#: ``reorder compare``'s own options (name -> takes a value), also accepted after the script (before a ``--``).
+COMPARE_OPTIONS = {"--variants": True, "--device": True, "--out": True, "--json": False}
+
+
+def compare_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("script", help="the Python file to run (as 'python SCRIPT ARGS...' would), once per variant")
+    p.add_argument("script_args", nargs=argparse.REMAINDER,
+                   help="arguments passed to the script (our options may follow them; after '--' all go to the script)")
+    p.add_argument("--variants", default="stock,hook,slab,guard", help="comma-separated: stock, hook, slab, guard")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--out", default="compare-out", help="folder for the plot and compare.json (default: ./compare-out)")
+
+
+@command("compare", "run a script under every variant, each in a fresh process; real memory side by side",
+         compare_arguments, json=True)
+def cmd_compare(args: argparse.Namespace) -> int:
+    """A table (variant, real peak, against stock, last step, compile s, run s, graphs, fallbacks), one sentence
+    naming the lowest variant, a PNG; ``--json``: every figure (see :class:`reorder.compare.Comparison`)."""
+    from .compare import compare
+
+    found, script_args = split_script_args(args.script_args, COMPARE_OPTIONS)
+    variants = str(found.get("--variants", args.variants))
+    comparison = compare(args.script, script_args, [v for v in variants.split(",") if v],
+                         str(found.get("--device", args.device)), found.get("--out", args.out))
+    if args.json or found.get("--json"):
+        print(json.dumps(comparison.to_json(), indent=1))
+        return 0
+    print(comparison.table())
+    print(comparison.sentence)
+    if comparison.plot:
+        print(f"plot: {comparison.plot}")
     return 0
 
 

@@ -297,7 +297,10 @@ def measure(fn: Callable[[], Any], device: torch.device | str | None = None) -> 
     if optimizer:
         phases["optimizer"] = region("optimizer", optimizer[0][0], max(e for _, e, _ in optimizer))
     call_ranges = _ranges(events, lambda n: n.startswith("## Call CompiledFxGraph"))
-    calls = tuple(region(name.strip("# ").removeprefix("Call "), s, e) for s, e, name in call_ranges)
+    in_backward = [(s, e) for s, e, _ in backward]
+    calls = tuple(region(name.strip("# ").removeprefix("Call ")
+                         + (" (backward)" if any(b <= s <= f for b, f in in_backward) else ""), s, e)
+                  for s, e, name in call_ranges)
     composition = peak_composition(tree, device, peak_time, [(s, e) for s, e, _ in call_ranges],
                                    backward[0][0] if backward else None)
     return MemoryMeasurement(str(device), peak, current, allocations, frees, tuple(curve), phases, held, calls, cuda,

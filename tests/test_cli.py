@@ -12,7 +12,8 @@ import textwrap
 import pytest
 from helpers import FIGURES, GRAPHS
 
-from reorder.cli import COMMANDS, build_parser, main, run_script
+from reorder.cli import COMMANDS, build_parser, main
+from reorder.script import ScriptError, run_script
 from reorder.errors import ReorderError
 from reorder.report import Progress
 
@@ -121,9 +122,9 @@ def instance_folder(tmp_path):
 def test_every_command_is_declared_once_with_json_where_the_readme_says():
     parser = build_parser()
     subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
-    assert list(subcommands) == list(COMMANDS) == ["estimate", "optimize", "plan", "pack", "capture", "plot", "demo"]
+    assert list(subcommands) == list(COMMANDS) == ["estimate", "optimize", "plan", "pack", "capture", "compare", "plot", "demo"]
     takes_json = {name for name, p in subcommands.items() if any("--json" in a.option_strings for a in p._actions)}
-    assert takes_json == {"estimate", "optimize", "plan", "pack"} == {c.name for c in COMMANDS.values() if c.json}
+    assert takes_json == {"estimate", "optimize", "plan", "pack", "compare"} == {c.name for c in COMMANDS.values() if c.json}
 
 
 def test_pack_takes_a_folder_of_instances(tmp_path):
@@ -288,7 +289,7 @@ def test_run_script_runs_it_as_python_would_and_restores_argv_and_path(tmp_path)
 def test_run_script_reports_the_scripts_exception_and_restores_argv_and_path(tmp_path):
     script = write_script(tmp_path, "x = 1\nraise ValueError('bad input')\n")
     argv, path = list(sys.argv), list(sys.path)
-    with pytest.raises(ReorderError) as caught:
+    with pytest.raises(ScriptError) as caught:
         run_script(script, ["--flag"])
     assert str(caught.value) == f"{script} raised ValueError: bad input (line 2 of {script})"
     assert (sys.argv, sys.path) == (argv, path)
@@ -301,7 +302,7 @@ def test_run_script_treats_exit_zero_as_success(tmp_path, code, message):
     if message is None:
         run_script(script)
     else:
-        with pytest.raises(ReorderError, match=message):
+        with pytest.raises(ScriptError, match=message):
             run_script(script)
 
 
