@@ -34,7 +34,7 @@ import torch
 import torch._inductor.config as config
 
 from reorder import inductor as hook
-from reorder.inductor import slab as slab_codegen
+from reorder.inductor.session import FallbackRecord, Session, SlabRecord
 from reorder.measure import measure
 from reorder.report import markdown_table
 
@@ -75,6 +75,14 @@ def inductor_pools(training: bool):
         PythonWrapperCodegen.run_wrapper_ir_passes = passes
 
 
+def slab_plans(session: Session) -> list[dict]:
+    """The session's slab records in this benchmark's row format: a record's fields, or ``graph`` and ``fallback``."""
+    return [{"graph": r.graph, "fallback": r.reason} if isinstance(r, FallbackRecord) else
+            {k: v for k, v in r.to_dict().items() if k != "kind"}
+            for r in session.records
+            if isinstance(r, SlabRecord) or (isinstance(r, FallbackRecord) and r.stage == "slab")]
+
+
 def variant_context(variant: str, training: bool):
     if variant == "reorder":
         return hook.use()
@@ -102,9 +110,8 @@ def run_variant(name: str, mode: str, variant: str, batch: int) -> dict:
     training = mode == "train"
     model, inputs = make(name, batch)
     model.train(training)
-    slab_codegen.plans.clear()
     inductor_pool_records.clear()
-    with variant_context(variant, training):
+    with variant_context(variant, training) as session:
         compiled = torch.compile(model)
         t0 = time.perf_counter()
         run_step(compiled, model, inputs, training)
@@ -113,7 +120,7 @@ def run_variant(name: str, mode: str, variant: str, batch: int) -> dict:
         meter = measure(lambda: run_step(compiled, model, inputs, training), "cpu")
     return {
         "peak": meter.peak, "allocations": meter.allocations, "compile_seconds": compile_seconds,
-        "results": results, "plans": [dict(p) for p in slab_codegen.plans],
+        "results": results, "plans": slab_plans(session) if isinstance(session, Session) else [],
         "inductor_pools": list(inductor_pool_records),
     }
 

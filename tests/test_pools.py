@@ -12,7 +12,8 @@ from reorder.planning import SlabPlan, align
 from reorder.planning.pools import (ALIGNMENT, BufferGroup, GroupKind, Pool, chained_components, choose_layout,
                                     plan_pools, replayed_peak)
 
-POOLED, INDIVIDUAL, EXTERN, FREED_INPUT = GroupKind.POOLED, GroupKind.INDIVIDUAL, GroupKind.EXTERN, GroupKind.FREED_INPUT
+POOLED, INDIVIDUAL, EXTERN, FREED_INPUT = (GroupKind.POOLED, GroupKind.INDIVIDUAL, GroupKind.EXTERN,
+                                          GroupKind.FREED_INPUT)
 
 
 def group(name, begin, end, nbytes, kind=POOLED, device="cpu"):

@@ -67,7 +67,9 @@ def run_variant(base: torch.nn.Module, inputs: dict, mode: str, variant: Variant
                 capture_dir: Path | None = None, steady_calls: int = STEADY_CALLS) -> tuple[dict, list[torch.Tensor]]:
     """Compile (or not), check, time and measure one variant; returns its record and its outputs (+ gradients)."""
     from reorder import inductor
-    from reorder.inductor import slab
+    from reorder.inductor.session import Session
+
+    from ..slab import slab_plans
 
     torch._dynamo.reset()
     model = copy.deepcopy(base)
@@ -86,15 +88,16 @@ def run_variant(base: torch.nn.Module, inputs: dict, mode: str, variant: Variant
         optimizer.step()
         return loss.detach()
 
-    first_report, first_plan = len(inductor.reports), len(slab.plans)
+    first_report = len(inductor.reports)
     context = variant.compile_context() if variant.compile_context is not None else None
     if capture_dir is not None:
         context = inductor.use(compare=True, capture_dir=capture_dir)
     t0 = time.perf_counter()
+    session = None
     if context is None:
         outputs = step()
     else:
-        with context:
+        with context as session:
             outputs = step()
     first_seconds = time.perf_counter() - t0
     checked = [t.detach().clone() for t in _tensors(outputs)]
@@ -135,7 +138,7 @@ def run_variant(base: torch.nn.Module, inputs: dict, mode: str, variant: Variant
         "curve": _thin(m.curve),
         "graphs": [g for g in inductor.reports[first_report:] if "fusion_guard" not in g],
         "fusion_guard": [g for g in inductor.reports[first_report:] if "fusion_guard" in g],
-        "slab_plans": slab.plans[first_plan:],
+        "slab_plans": slab_plans(session) if isinstance(session, Session) else [],
     }
     del model, fn, optimizer
     torch._dynamo.reset()
