@@ -177,15 +177,17 @@ class PoolLayout:
         pooled = [i for i, g in enumerate(groups) if g.kind is GroupKind.POOLED]
         if sorted(placed) != pooled:
             raise PlanError(f"pool layout: groups {sorted(placed)} placed, expected each pooled group once: {pooled}")
+        starts, ends = [g.begin for g in groups], [g.end for g in groups]
         for p in self.pools:
             members = [groups[i] for i in p.members]
+            if not members:
+                raise PlanError("pool layout: a pool without members")
             if any(g.device != p.device for g in members):
                 raise PlanError(f"pool of {members[0].name!r}: members on devices other than {p.device}")
             expected = ([g.begin for g in members], [g.end for g in members], [g.size for g in members])
             if (list(p.plan.starts), list(p.plan.ends), list(p.plan.sizes)) != expected:
                 raise PlanError(f"pool of {members[0].name!r}: its plan does not hold its members' ranges and sizes")
-            if len(chained_components(p.members, [g.begin for g in groups], [g.end for g in groups],
-                                      self.touching)) != 1:
+            if len(chained_components(p.members, starts, ends, self.touching)) != 1:
                 raise PlanError(f"pool of {members[0].name!r}: its members' live ranges leave a gap")
             p.plan.validate()
         if self.estimated_peak > self.stock_estimated_peak:
