@@ -134,9 +134,11 @@ def test_compiled_code_runs_in_our_pools_with_stock_results_and_allocations(name
     with hook.use(slab=True, poison=True, methods=["lpmf", "bfs", "dfs"]) as session:
         pooled = torch.compile(model)
         got, code = run_and_get_code(lambda: step(model, pooled, x, training))
-    for k, (a, b, e) in enumerate(zip(got, expected, eager, strict=True)):
+    for a, b in zip(got, expected, strict=True):
         assert torch.equal(a, b)  # bitwise: same kernels, same inputs; poison never reached a live buffer
-        assert_close_to_eager(a, e, f"result {k}")
+    # against eager, the output only: some gradients are zero in exact arithmetic (a convolution's bias
+    # under a batch norm), so any two computations of them differ by rounding noise of any relative size
+    assert_close_to_eager(got[0], eager[0], "output")
     assert session.fallbacks == []
     plans = session.slabs
     assert len(plans) == (2 if training else 1)
