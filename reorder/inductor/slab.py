@@ -63,7 +63,7 @@ from ..planning.pools import ALIGNMENT, BufferGroup, GroupKind, PoolLayout, choo
 from .reorder_pass import graph_being_compiled
 from .session import FallbackRecord, Session, SlabRecord, sized
 
-__all__ = ["SlabPlanner", "install_codegen", "is_foreign_call", "uninstall_codegen"]
+__all__ = ["SlabPlanner", "install_codegen", "is_foreign_call", "slab_record", "uninstall_codegen"]
 
 log = logging.getLogger("reorder")
 
