@@ -90,20 +90,20 @@ def hook_session(options: HookOptions, training: bool = False) -> ContextManager
 
 @contextlib.contextmanager
 def _session_from_module_lists(options: HookOptions) -> Iterator[Session]:
-    """The same session built from a hook that still reports into module-level lists (the library before sessions)."""
+    """The same session built from a hook that still reports orders and guards into module-level lists (the
+    library before sessions); the slab's records come from the session ``use`` yields."""
     from reorder import inductor
-    from reorder.inductor import slab
 
     session = Session(options)
-    first_report, first_plan = len(inductor.reports), len(slab.plans)
+    first_report = len(inductor.reports)
+    installed = None
     try:
-        with inductor.use(**{f.name: getattr(options, f.name) for f in dataclasses.fields(options)}):
+        with inductor.use(**{f.name: getattr(options, f.name) for f in dataclasses.fields(options)}) as installed:
             yield session
     finally:
         legacy = {"graphs": [r for r in inductor.reports[first_report:] if "fusion_guard" not in r],
-                  "fusion_guard": [r for r in inductor.reports[first_report:] if "fusion_guard" in r],
-                  "slab_plans": slab.plans[first_plan:]}
-        for record in load_records(legacy):
+                  "fusion_guard": [r for r in inductor.reports[first_report:] if "fusion_guard" in r]}
+        for record in [*load_records(legacy), *(installed.records if installed is not None else ())]:
             session.add(record)
 
 

@@ -125,11 +125,13 @@ def test_install_composes_with_the_users_pass_and_uninstall_restores_it(monkeypa
     user_pass = Recorder()
     monkeypatch.setattr(config, "_post_fusion_custom_pass", user_pass)
     before = (config._post_fusion_custom_pass, config.reorder_for_peak_memory, config.force_disable_caches)
-    with hook.use(methods=["lpmf"]) as ours:
-        assert config._post_fusion_custom_pass is ours and ours.previous is user_pass
+    with hook.use(methods=["lpmf"]):
+        ours = config._post_fusion_custom_pass
+        assert isinstance(ours, hook.ReorderPass) and ours.previous is user_pass
         assert config.reorder_for_peak_memory is False and ours.inductor_fallback
         assert "user-pass-1" in ours.uuid()
-        with hook.use(keep_inductor_pass=True, capture_dir="/tmp/unused") as inner:
+        with hook.use(keep_inductor_pass=True, capture_dir="/tmp/unused"):
+            inner = config._post_fusion_custom_pass
             assert inner.previous is ours and not inner.inductor_fallback
             assert config.reorder_for_peak_memory is False  # kept as the outer install left it
             assert config.force_disable_caches is True  # a cache hit would capture nothing

@@ -22,7 +22,8 @@ from typing import Iterator, Sequence
 
 from .fusion_guard import FusionGuard, choices_factory, forget_cached_choices, users_choices_handler
 from .reorder_pass import ReorderPass
-from .slab import SlabOptions, install_codegen, uninstall_codegen
+from .session import HookOptions, Session
+from .slab import install_codegen, uninstall_codegen
 
 __all__ = ["install", "uninstall", "use"]
 
@@ -37,8 +38,9 @@ _KEYS = ("_post_fusion_custom_pass", "reorder_for_peak_memory", "force_disable_c
 def install(methods: Sequence[str] | None = None, keep_inductor_pass: bool = False, compare: bool = False,
             capture_dir: str | Path | None = None, max_seconds: float = 60.0, slab: bool = False,
             poison: bool = False, fusion_guard: bool = False, fusion_slack_bytes: int = 0,
-            fusion_slack_fraction: float = 0.01) -> ReorderPass:
-    """Make every later ``torch.compile`` use our pass, until :func:`uninstall`.
+            fusion_slack_fraction: float = 0.01) -> Session:
+    """Make every later ``torch.compile`` use our pass, until :func:`uninstall`; the :class:`Session` that records
+    what the slab code generation did.
 
     ``methods``, ``compare``, ``capture_dir`` and ``max_seconds`` configure
     the :class:`~reorder.inductor.reorder_pass.ReorderPass`.
@@ -61,12 +63,14 @@ def install(methods: Sequence[str] | None = None, keep_inductor_pass: bool = Fal
         raise ValueError(f"fusion_guard: Inductor's choices are already set ({users!r}); the guard would replace them")
     guard = FusionGuard(fusion_slack_bytes, fusion_slack_fraction) if fusion_guard else None
     runs_inductors = bool(saved["reorder_for_peak_memory"])
-    slab_options = SlabOptions(poison=poison) if slab or poison else None
+    session = Session(HookOptions(methods, keep_inductor_pass, compare, capture_dir, max_seconds, slab, poison,
+                                  fusion_guard, fusion_slack_bytes, fusion_slack_fraction))
+    slab_options = session.options.uuid() if session.options.slab else None
     reorder_pass = ReorderPass(methods, compare, capture_dir, previous=saved["_post_fusion_custom_pass"],
                                inductor_fallback=runs_inductors and not keep_inductor_pass, max_seconds=max_seconds,
                                slab=slab_options)
     if slab_options is not None:
-        saved["run_wrapper_ir_passes"] = install_codegen(slab_options)
+        saved["run_wrapper_ir_passes"] = install_codegen(session)
     _saved.append(saved)
     config._post_fusion_custom_pass = reorder_pass
     if not keep_inductor_pass:
@@ -78,7 +82,7 @@ def install(methods: Sequence[str] | None = None, keep_inductor_pass: bool = Fal
     if guard is not None:
         config.inductor_choices_class = choices_factory(guard)
         forget_cached_choices()
-    return reorder_pass
+    return session
 
 
 def uninstall() -> None:
@@ -99,12 +103,12 @@ def uninstall() -> None:
 def use(methods: Sequence[str] | None = None, keep_inductor_pass: bool = False, compare: bool = False,
         capture_dir: str | Path | None = None, max_seconds: float = 60.0, slab: bool = False,
         poison: bool = False, fusion_guard: bool = False, fusion_slack_bytes: int = 0,
-        fusion_slack_fraction: float = 0.01) -> Iterator[ReorderPass]:
+        fusion_slack_fraction: float = 0.01) -> Iterator[Session]:
     """Within the block, every ``torch.compile`` uses our pass (and our pools with ``slab=True``, our
     fusion guard with ``fusion_guard=True``, see :func:`install`); the previous configuration comes back on exit."""
-    reorder_pass = install(methods, keep_inductor_pass, compare, capture_dir, max_seconds, slab, poison,
-                           fusion_guard, fusion_slack_bytes, fusion_slack_fraction)
+    session = install(methods, keep_inductor_pass, compare, capture_dir, max_seconds, slab, poison,
+                      fusion_guard, fusion_slack_bytes, fusion_slack_fraction)
     try:
-        yield reorder_pass
+        yield session
     finally:
         uninstall()
