@@ -18,16 +18,14 @@ warnings.filterwarnings("ignore", message="dynamo_pgo force disabled")
 
 @pytest.fixture
 def fresh_compiles(monkeypatch):
-    """Real compiles: Inductor's caches off, dynamo reset, the hook's reports and slab plans emptied."""
+    """Real compiles: Inductor's caches off, dynamo reset, the slab plans emptied (sessions hold everything else)."""
     import torch
     import torch._inductor.config as config
 
-    from reorder import inductor
     from reorder.inductor import slab
 
     monkeypatch.setattr(config, "force_disable_caches", True)
     torch._dynamo.reset()
-    inductor.reports.clear()
     slab.plans.clear()
     yield
     torch._dynamo.reset()
