@@ -245,19 +245,16 @@ def cmd_capture(args: argparse.Namespace) -> int:
         del rest[i:i + 2]
     args.script_args = rest
     out = Path(args.out)
-    before = len(inductor.reports)
     sys.argv = [str(script), *args.script_args]
-    with inductor.use(capture_dir=out):
+    with inductor.use(capture_dir=out) as session:
         runpy.run_path(str(script), run_name="__main__")
-    captured = [r for r in inductor.reports[before:] if "fallback" not in r]
-    for r in inductor.reports[before:]:
-        if "fallback" in r:
-            print(f"not captured: {r['graph']}: {r['fallback']}", file=sys.stderr)
+    captured = session.graphs
+    for r in session.fallbacks:
+        print(f"not captured: {r.graph}: {r.reason}", file=sys.stderr)
     if not captured:
         raise ReorderError(f"no graph reached Inductor's scheduler while {script} ran (does it call torch.compile "
                            f"and run the compiled function?); nothing was written to {out}")
-    rows = [(r["graph"], r["nodes"], r["inductor"]["baseline"], min(r["inductor"].values()), r["peak"], r["method"])
-            for r in captured]
+    rows = [(r.graph, r.nodes, r.inductor["baseline"], min(r.inductor.values()), r.peak, r.method) for r in captured]
     print(format_table(["graph", "nodes", "Inductor baseline", "Inductor best", "ours", "method"], rows))
     print(f"wrote {len(captured)} graphs and inductor-figures.json to {out} (Inductor's caches were off while "
           f"capturing, so every compiled graph went through the pass)")

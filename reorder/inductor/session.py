@@ -219,7 +219,7 @@ class SlabRecord:
     counts what the generated wrapper allocates and frees: a buffer that takes
     over the storage of one dying at the same step (Inductor's in-place
     reuse) allocates nothing, extern kernels' outputs and the inputs the
-    wrapper ``del``\ s count as the wrapper sees them, and steps are batches
+    wrapper deletes count as the wrapper sees them, and steps are batches
     of the wrapper's planning lines. Compare ``estimated_peak`` with
     ``stock_estimated_peak`` (same model), not with ``OrderRecord.peak``.
     """
