@@ -22,6 +22,7 @@ in the chosen order. Its promises to the user whose compile it runs in:
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from .adapter import freed_tangents, fx_graph_cache_hits, graph_being_compiled, 
 from .capture import write_capture
 from .figures import INDUCTOR_METHODS, inductor_figures
 from .fusion_guard import finish_guard
-from .session import FallbackRecord, OrderRecord, Session, source_hash
+from .session import FallbackRecord, HookOptions, OrderRecord, Session, source_hash
 
 __all__ = ["ReorderPass", "TangentChoice", "choose_freeing_tangents"]
 
@@ -69,7 +70,8 @@ class ReorderPass(_custom_scheduler_pass_base()):
         :class:`~reorder.inductor.session.OrderRecord` per graph (or a
         :class:`~reorder.inductor.session.FallbackRecord` with ``stage="order"``).
         The pass holds the session's token, not the session: Inductor deep-copies
-        and pickles its configuration, and the session stays out of it.
+        and pickles its configuration, and the session stays out of it (a deep
+        copy keeps the token, a pickle drops it: see :meth:`__reduce__`).
     previous: a post-fusion pass the user had already set; it runs first, ours on its result.
     inductor_fallback: on a failure of ours, run Inductor's ``reorder_for_peak_memory``
         (set when Inductor's own pass was switched off for ours).
@@ -88,8 +90,20 @@ class ReorderPass(_custom_scheduler_pass_base()):
 
     @property
     def session(self) -> Session | None:
-        """The live session this pass records into (None once it was uninstalled)."""
+        """The live session this pass records into (None once it was uninstalled, or in a pickled copy)."""
         return Session.find(self.session_token)
+
+    def __deepcopy__(self, memo: dict) -> ReorderPass:
+        """Inductor deep-copies its configuration and compiles a backward graph with the copy it took at the
+        forward's compile: the copy records into the same session."""
+        clone = _pass_without_session(self.options, copy.deepcopy(self.previous, memo), self.inductor_fallback)
+        clone.session_token = self.session_token
+        return clone
+
+    def __reduce__(self):
+        """A pickle carries what changes the result, not the session's token: Inductor hashes the pickled pass
+        into its FX graph cache key, and the same options must give the same key in every session."""
+        return (_pass_without_session, (self.options, self.previous, self.inductor_fallback))
 
     def uuid(self) -> str:
         """Stable across processes: our sources, the options that change the result, and the previous pass's uuid."""
@@ -166,6 +180,14 @@ class ReorderPass(_custom_scheduler_pass_base()):
             captured=str(captured) if captured else None,
         )
         return record, choice.order if choice else result.order
+
+
+def _pass_without_session(options: HookOptions, previous, inductor_fallback: bool) -> ReorderPass:
+    """A pass with these options that records nowhere (what a pickled pass becomes)."""
+    unpickled = ReorderPass.__new__(ReorderPass)
+    unpickled.options, unpickled.session_token = options, None
+    unpickled.previous, unpickled.inductor_fallback = previous, inductor_fallback
+    return unpickled
 
 
 @dataclass(frozen=True)
