@@ -42,12 +42,18 @@ def test_compiled_forward_and_backward_equal_stock_inductor_with_lower_or_equal_
     torch._dynamo.reset()
     with hook.use(compare=True) as session:
         ours = training_step(model, x, torch.compile(model))
-    # the same kernels in another order: bitwise equal to stock Inductor; against eager, a tolerance scaled to
-    # each tensor's magnitude (kernels may sum in another order than eager mode, depending on the CPU)
-    for what, mine, theirs, expected in zip(["output", "input grad", *(n for n, _ in model.named_parameters())],
-                                            ours, stock, eager, strict=True):
+    # the same kernels in another order: bitwise equal to stock Inductor, tensor by tensor
+    for what, mine, theirs in zip(["output", "input grad", *(n for n, _ in model.named_parameters())], ours, stock,
+                                  strict=True):
         assert torch.equal(mine, theirs), what
-        assert_close_to_eager(mine, expected, what)
+    # against eager, a tolerance scaled to the magnitude (kernels may sum in another order than eager mode,
+    # depending on the CPU); the parameter gradients as one vector: a bias that feeds a batch norm (inception's
+    # first convolution) has a gradient that is zero up to the rounding of the terms it sums, so its own
+    # magnitude is no scale
+    assert_close_to_eager(ours[0], eager[0], "output")
+    assert_close_to_eager(ours[1], eager[1], "input grad")
+    assert_close_to_eager(torch.cat([g.flatten() for g in ours[2:]]), torch.cat([g.flatten() for g in eager[2:]]),
+                          "parameter grads")
     for p, p0 in zip(model.parameters(), reference, strict=True):
         assert torch.equal(p.detach(), p0)
     assert {r.graph.split("_")[-2] for r in session.graphs} == {"forward", "backward"}
