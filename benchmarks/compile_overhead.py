@@ -19,19 +19,29 @@ import time
 import torch
 import torch._inductor.config as config
 
-from reorder import inductor as hook
 from reorder.report import markdown_table
 
+from .variants import Variant, hooked, stock
 from .zoo import make
 
+#: The timed variants, then the one whose records give each graph's peaks and seconds (Inductor's and ours).
+TIMED: tuple[Variant, ...] = (
+    stock(),
+    hooked("hook", "reorder.inductor.use(): our pass, Inductor's own peak pass off"),
+    hooked("hook_and_inductor", "reorder.inductor.use(keep_inductor_pass=True)", keep_inductor_pass=True),
+)
+COMPARED = hooked("compared", "reorder.inductor.use(compare=True)", compare=True)
 
-def step(name: str, batch: int) -> float:
+
+def step(name: str, batch: int, variant: Variant):
+    """Compile and run one training step of ``name`` under ``variant``; its wall seconds and the hook's session."""
     torch._dynamo.reset()
     model, inputs = make(name, batch)
     t0 = time.perf_counter()
-    out = torch.compile(model)(*inputs)
-    out.float().sum().backward()
-    return time.perf_counter() - t0
+    with variant.enter(True) as session:
+        out = variant.compile(model)(*inputs)
+        out.float().sum().backward()
+    return time.perf_counter() - t0, session
 
 
 def main() -> None:
@@ -42,23 +52,17 @@ def main() -> None:
     config.force_disable_caches = True
     rows, graph_rows = [], []
     for name in args.models.split(","):
-        stock = step(name, args.batch)
-        with hook.use():
-            ours = step(name, args.batch)
-        with hook.use(keep_inductor_pass=True):
-            both = step(name, args.batch)
-        hook.reports.clear()
-        with hook.use(compare=True):
-            step(name, args.batch)
-        reports = [r for r in hook.reports if "fallback" not in r]
-        pass_seconds = sum(r["seconds"] for r in reports)
-        inductor_seconds = sum(sum(r["inductor_seconds"].values()) for r in reports)
-        rows.append((name, f"{stock:.1f}", f"{ours:.1f}", f"{both:.1f}", f"{pass_seconds * 1000:.0f}",
+        stock_seconds, ours, both = (step(name, args.batch, variant)[0] for variant in TIMED)
+        _, session = step(name, args.batch, COMPARED)
+        reports = session.graphs
+        pass_seconds = sum(r.seconds for r in reports)
+        inductor_seconds = sum(sum(r.inductor_seconds.values()) for r in reports)
+        rows.append((name, f"{stock_seconds:.1f}", f"{ours:.1f}", f"{both:.1f}", f"{pass_seconds * 1000:.0f}",
                      f"{inductor_seconds * 1000:.0f}"))
         for r in reports:
-            best = min(r["inductor"].values())
-            graph_rows.append((name, r["graph"].split("__0_")[-1], r["nodes"], best, r["peak"],
-                               f"{100 * (best - r['peak']) / best:.2f}%", r["method"]))
+            best = min(r.inductor.values())
+            graph_rows.append((name, r.graph.split("__0_")[-1], r.nodes, best, r.peak,
+                               f"{100 * (best - r.peak) / best:.2f}%", r.method))
         print(f"{name}: done", flush=True)
     print(markdown_table(["model", "stock compile s", "with hook s", "hook + Inductor pass s", "our pass ms",
                           "Inductor's 3 methods ms"], rows))

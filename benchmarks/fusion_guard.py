@@ -3,9 +3,10 @@
     python -m benchmarks.fusion_guard [--workloads accumulation,pr157563,two_reductions,resnet,...]
                                       [--out report/fusion_guard.md] [--cache report/fusion_guard]
 
-Each workload is compiled three times, caches off: stock Inductor,
-``reorder.inductor.use()`` (the reorder pass, "without"), and
-``use(fusion_guard=True)`` ("with"). The real peak of one call comes from
+Each workload is compiled three times, caches off, once per value of
+:data:`VARIANTS`: stock Inductor, ``reorder.inductor.use()`` (the reorder
+pass, "without"), and ``use(fusion_guard=True)`` ("with"); the estimates
+and the guard's figures come from each compile's session records. The real peak of one call comes from
 :func:`reorder.measure.measure` on each of the three, in the same process;
 the step time is the median of calls of the "without" and "with" programs
 taken in alternation. The estimated peak is the highest of the reorder
@@ -42,10 +43,10 @@ from typing import Callable
 import torch
 import torch._inductor.config as config
 
-from reorder import inductor as hook
 from reorder.measure import measure
 from reorder.report import format_bytes, markdown_table
 
+from .variants import Variant, hooked, stock
 from .zoo import MODELS, make
 
 MiB = 1 << 20
@@ -92,14 +93,18 @@ CASES: dict[str, Callable[[], tuple[Callable, tuple, dict]]] = {
     "two_reductions": two_reductions,
 }
 
-VARIANTS = {"stock": None, "without": {}, "with": {"fusion_guard": True}}
+VARIANTS: tuple[Variant, ...] = (
+    stock(),
+    hooked("without", "reorder.inductor.use(): the reorder pass alone"),
+    hooked("with", "reorder.inductor.use(fusion_guard=True): the reorder pass and the fusion guard", fusion_guard=True),
+)
 
 
-def compile_variant(program: Callable, inputs: tuple, options: dict | None, train: bool):
-    """Compile ``program`` under one variant; returns the step, its output, compile seconds and new reports."""
+def compile_variant(program: Callable, inputs: tuple, variant: Variant, train: bool):
+    """Compile ``program`` under one variant; returns the step, its output, compile seconds and the hook's session
+    (None for stock)."""
     torch._dynamo.reset()
-    first = len(hook.reports)
-    compiled = torch.compile(program)
+    compiled = variant.compile(program)
 
     def step():
         out = compiled(*inputs)
@@ -108,12 +113,9 @@ def compile_variant(program: Callable, inputs: tuple, options: dict | None, trai
         return out
 
     t0 = time.perf_counter()
-    if options is None:
+    with variant.enter(train) as session:
         out = step()
-    else:
-        with hook.use(**options):
-            out = step()
-    return step, out.detach(), time.perf_counter() - t0, hook.reports[first:]
+    return step, out.detach(), time.perf_counter() - t0, session
 
 
 def run_workload(name: str, rounds: int = 15) -> dict:
@@ -131,25 +133,24 @@ def run_workload(name: str, rounds: int = 15) -> dict:
         if not train:
             row["eager_peak"] = measure(lambda: program(*inputs)).peak
             outputs["eager"] = program(*inputs)
-        for variant, options in VARIANTS.items():
-            step, out, seconds, reports = compile_variant(program, inputs, options, train)
+        for variant in VARIANTS:
+            step, out, seconds, session = compile_variant(program, inputs, variant, train)
             if train:
                 program.zero_grad(set_to_none=True)
-            steps[variant], outputs[variant] = step, out
-            row[f"{variant}_real_peak"] = measure(step).peak
-            row[f"{variant}_compile_seconds"] = seconds
-            passes = [r for r in reports if "peak" in r]
-            guards = [r["fusion_guard"] for r in reports if "fusion_guard" in r]
-            if options is not None:
-                row[f"{variant}_estimated_peak"] = max((r["peak"] for r in passes), default=0)
-            for g in guards:
-                row["blocked"] += g["blocked"]
-                row["guard_seconds"] += g["seconds"]
-                row["guard_work"] += g["work"]
-                row["guard_failed"] += [g["failed"]] if "failed" in g else []
+            steps[variant.name], outputs[variant.name] = step, out
+            row[f"{variant.name}_real_peak"] = measure(step).peak
+            row[f"{variant.name}_compile_seconds"] = seconds
+            if session is None:
+                continue
+            row[f"{variant.name}_estimated_peak"] = max((r.peak for r in session.graphs), default=0)
+            for g in session.guards:
+                row["blocked"] += list(g.blocked)
+                row["guard_seconds"] += g.seconds
+                row["guard_work"] += g.work
+                row["guard_failed"] += [g.failed] if g.failed is not None else []
         reference = outputs["stock"] if train else outputs["eager"]
         # Equal up to float rounding of reordered sums: within 1e-4 of the output's largest magnitude.
-        row["max_difference"] = max(float((outputs[v] - reference).abs().max()) for v in VARIANTS)
+        row["max_difference"] = max(float((outputs[v.name] - reference).abs().max()) for v in VARIANTS)
         row["outputs_equal"] = row["max_difference"] <= 1e-4 * float(reference.abs().max())
         times: dict[str, list[float]] = {"without": [], "with": []}
         for _ in range(rounds):
@@ -168,7 +169,7 @@ def table(rows: list[dict]) -> str:
     body = []
     for r in rows:
         eager = format_bytes(r["eager_peak"]) if "eager_peak" in r else "-"
-        real = " / ".join([eager] + [format_bytes(r[f"{v}_real_peak"]) for v in VARIANTS])
+        real = " / ".join([eager] + [format_bytes(r[f"{v.name}_real_peak"]) for v in VARIANTS])
         ratio = r["with_step_seconds"] / r["without_step_seconds"]
         body.append([
             r["workload"] + (" (train)" if r["train"] else ""),

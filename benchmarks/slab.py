@@ -19,7 +19,9 @@ allocations. Outputs and gradients are compared with stock's, bitwise.
 Compile time is the first step's wall time. Per compiled graph, the pool
 bytes: ours (sum of our pools, which never coexist, and the largest), the
 live-bytes bound of what we pooled, and Inductor's intermediate pools. Each
-(model, mode) row is cached as JSON in ``--cache-dir``.
+(model, mode) row is cached as JSON in ``--cache-dir``, with each variant's
+session records (``"records"``, read back by :func:`benchmarks.variants.load_records`).
+The variants are the values in :data:`VARIANTS` (:mod:`benchmarks.variants`).
 """
 
 from __future__ import annotations
@@ -29,36 +31,36 @@ import contextlib
 import json
 import time
 from pathlib import Path
+from typing import Iterator
 
 import torch
 import torch._inductor.config as config
 
-from reorder import inductor as hook
-from reorder.inductor import slab as slab_codegen
+from reorder.inductor.session import FallbackRecord, Session, SlabRecord
 from reorder.measure import measure
 from reorder.report import markdown_table
 
+from .variants import Variant, hooked, load_records, records_json, stock
 from .zoo import MODELS, make
-
-VARIANTS = ("stock", "reorder", "slab", "inductor_pools")
-
-#: Inductor's own pools per graph while a variant compiles: (intermediate pool bytes, output pool bytes).
-inductor_pool_records: list[dict] = []
 
 
 @contextlib.contextmanager
-def inductor_pools(training: bool):
-    """Inductor's ``memory_planning=True``; in training its wrapper pass is forced to plan too. Records pool bytes."""
+def inductor_pools(changes: tuple[tuple[str, object], ...], training: bool) -> Iterator[list[dict]]:
+    """Inductor's ``memory_planning=True`` (in ``changes``); in training its wrapper pass is forced to plan too.
+
+    Yields the list it fills with each compiled graph's pools: bytes of the intermediates' pools and of the outputs'.
+    """
     from torch._inductor.codegen import memory_planning
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen
 
     plan, passes = memory_planning.MemoryPlanner.plan, PythonWrapperCodegen.run_wrapper_ir_passes
+    pools_per_graph: list[dict] = []
 
     def recording_plan(self, lines):
         result = plan(self, lines)
         pools = [p for ps in self.pools.device_to_pools.values() for p in ps]
         outputs = {id(g.allocation.pool) for g in self.buffer_groups if g.is_output}
-        inductor_pool_records.append({
+        pools_per_graph.append({
             "intermediates": sum(p.root.get_size_hint() for p in pools if id(p) not in outputs),
             "outputs": sum(p.root.get_size_hint() for p in pools if id(p) in outputs),
         })
@@ -68,21 +70,20 @@ def inductor_pools(training: bool):
     if training:
         PythonWrapperCodegen.run_wrapper_ir_passes = lambda self, is_inference: passes(self, True)
     try:
-        with config.patch(memory_planning=True):
-            yield
+        with config.patch(dict(changes)):
+            yield pools_per_graph
     finally:
         memory_planning.MemoryPlanner.plan = plan
         PythonWrapperCodegen.run_wrapper_ir_passes = passes
 
 
-def variant_context(variant: str, training: bool):
-    if variant == "reorder":
-        return hook.use()
-    if variant == "slab":
-        return hook.use(slab=True)
-    if variant == "inductor_pools":
-        return inductor_pools(training)
-    return contextlib.nullcontext()
+VARIANTS: tuple[Variant, ...] = (
+    stock(description="plain torch.compile"),
+    hooked("reorder", "reorder.inductor.use(): our order, Inductor's allocation"),
+    hooked("slab", "reorder.inductor.use(slab=True): our order and our pools", slab=True),
+    Variant("inductor_pools", "Inductor's own memory_planning=True, forced on in training", inductor_pools,
+            (("memory_planning", True),)),
+)
 
 
 def run_step(compiled, model, inputs, training: bool):
@@ -96,16 +97,14 @@ def run_step(compiled, model, inputs, training: bool):
     return [out.detach()] + [p.grad for p in model.parameters()]
 
 
-def run_variant(name: str, mode: str, variant: str, batch: int) -> dict:
-    """Compile ``name`` under ``variant``; first-step seconds, the measured step, and its results."""
+def run_variant(name: str, mode: str, variant: Variant, batch: int) -> dict:
+    """Compile ``name`` under ``variant``; first-step seconds, the measured step, its results and its records."""
     torch._dynamo.reset()
     training = mode == "train"
     model, inputs = make(name, batch)
     model.train(training)
-    slab_codegen.plans.clear()
-    inductor_pool_records.clear()
-    with variant_context(variant, training):
-        compiled = torch.compile(model)
+    with variant.enter(training) as recorded:
+        compiled = variant.compile(model)
         t0 = time.perf_counter()
         run_step(compiled, model, inputs, training)
         compile_seconds = time.perf_counter() - t0
@@ -113,22 +112,20 @@ def run_variant(name: str, mode: str, variant: str, batch: int) -> dict:
         meter = measure(lambda: run_step(compiled, model, inputs, training), "cpu")
     return {
         "peak": meter.peak, "allocations": meter.allocations, "compile_seconds": compile_seconds,
-        "results": results, "plans": [dict(p) for p in slab_codegen.plans],
-        "inductor_pools": list(inductor_pool_records),
+        "results": results, "records": records_json(recorded if isinstance(recorded, Session) else None),
+        "inductor_pools": recorded if isinstance(recorded, list) else [],
     }
 
 
 def compare(results: list, reference: list) -> str:
-    if all(torch.equal(a, b) for a, b in zip(results, reference)):
+    if all(torch.equal(a, b) for a, b in zip(results, reference, strict=True)):
         return "bitwise"
-    worst = max(float((a.float() - b.float()).abs().max()) for a, b in zip(results, reference))
+    worst = max(float((a.float() - b.float()).abs().max()) for a, b in zip(results, reference, strict=True))
     return f"max |diff| {worst:.1e}"
 
 
 def measure_row(name: str, mode: str, batch: int) -> dict:
-    runs = {}
-    for variant in VARIANTS:
-        runs[variant] = run_variant(name, mode, variant, batch)
+    runs = {variant.name: run_variant(name, mode, variant, batch) for variant in VARIANTS}
     reference = runs["stock"]["results"]
     row = {"model": name, "mode": mode, "batch": batch}
     for variant, run in runs.items():
@@ -139,22 +136,21 @@ def measure_row(name: str, mode: str, batch: int) -> dict:
 
 def graph_rows(row: dict) -> list[dict]:
     """Pool bytes per compiled graph: ours, the bound of what we pooled, Inductor's intermediate pools."""
-    ours = row["slab"]["plans"]
+    ours = [r for r in load_records(row["slab"])
+            if isinstance(r, SlabRecord) or (isinstance(r, FallbackRecord) and r.stage == "slab")]
     theirs = row["inductor_pools"]["inductor_pools"]
     out = []
     for k, plan in enumerate(ours):
-        if "fallback" in plan:
-            out.append({"model": row["model"], "mode": row["mode"], "graph": plan["graph"], "ours": "fallback",
-                        "largest": "", "bound": "", "slab/bound": "", "inductor": "", "note": plan["fallback"]})
+        if isinstance(plan, FallbackRecord):
+            out.append({"model": row["model"], "mode": row["mode"], "graph": plan.graph, "ours": "fallback",
+                        "largest": "", "bound": "", "slab/bound": "", "inductor": "", "note": plan.reason})
             continue
-        pools = plan["pools"]
-        largest = max(pools, default=0)
         inductor = theirs[k]["intermediates"] if k < len(theirs) else None
         out.append({
-            "model": row["model"], "mode": row["mode"], "graph": plan["graph"], "ours": plan["pool_bytes"],
-            "largest": largest, "bound": plan["bound"],
-            "slab/bound": f"{plan['worst_ratio']:.3f}", "inductor": inductor if inductor is not None else "",
-            "note": f"{len(pools)} pools, {plan['pooled']} pooled, {plan['individual']} left individual",
+            "model": row["model"], "mode": row["mode"], "graph": plan.graph, "ours": plan.pool_bytes,
+            "largest": max(plan.pools, default=0), "bound": plan.bound,
+            "slab/bound": f"{plan.worst_ratio:.3f}", "inductor": inductor if inductor is not None else "",
+            "note": f"{len(plan.pools)} pools, {plan.pooled} pooled, {plan.individual} left individual",
         })
     return out
 

@@ -1,8 +1,13 @@
 """The ``reorder`` command line: ``python -m reorder SUBCOMMAND ...``.
 
 Subcommands print a readable summary, or one JSON object with ``--json``
-(whose keys are a contract other tools rely on; see each handler). Bad input
-ends with ``reorder: error: ...`` on stderr and exit status 2.
+(whose keys are a contract other tools rely on; see each handler); given a
+folder, the commands that read graph files or packing instances handle every
+file in it (``--json``: a list of those objects). Bad input or a bad option
+ends with one line ``reorder: error: ...`` on stderr and exit status 2.
+
+Each subcommand is one :class:`Command` in :data:`COMMANDS`: its handler, its
+help and the function that declares its arguments, written side by side.
 """
 
 from __future__ import annotations
@@ -11,7 +16,8 @@ import argparse
 import json
 import logging
 import sys
-from dataclasses import asdict
+import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -19,31 +25,142 @@ from .errors import ReorderError
 from .graph import Graph
 from .io import load_graph
 from .optima import OPTIMA_FILE, optimum_for
-from .report import format_bytes, format_table
+from .report import Progress, format_bytes, format_table
+from .script import run_script, split_script_args
 from .timeline import estimate_peak_memory, estimate_peak_memory_allocfree, lower_bound
 
-__all__ = ["main"]
+__all__ = ["COMMANDS", "Command", "build_parser", "graph_files", "main"]
 
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
-
-
-def command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    COMMANDS[fn.__name__.removeprefix("cmd_")] = fn
-    return fn
+log = logging.getLogger("reorder")
 
 
-def graph_files(path: str) -> list[Path]:
-    """The JSON graph files at ``path``: the file itself, or every ``*.json`` in a folder but figure
-    files and recorded optima."""
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its name, one line of help, the function that declares its arguments (besides
+    ``--json``, added when ``json`` is true) and the handler that runs it (exit status)."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    json: bool = False
+
+
+COMMANDS: dict[str, Command] = {}
+
+
+def command(name: str, help: str, add_arguments: Callable[[argparse.ArgumentParser], None], json: bool = False):
+    """Register the decorated handler as subcommand ``name`` (see :class:`Command`)."""
+
+    def register(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+        COMMANDS[name] = Command(name, help, add_arguments, run, json)
+        return run
+
+    return register
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Inputs: a file or a folder of files.
+
+
+def input_files(path: str | Path, pattern: str, what: str, skip: Callable[[Path], bool] = lambda f: False) -> list[Path]:
+    """The files at ``path``: the file itself, or every file matching ``pattern`` in a folder (sorted) but
+    those ``skip`` names; ``what`` names them in the error for a folder without any."""
     p = Path(path)
     if p.is_dir():
-        files = sorted(f for f in p.glob("*.json") if "figures" not in f.name and f.name != OPTIMA_FILE)
+        files = sorted(f for f in p.glob(pattern) if f.is_file() and not skip(f))
         if not files:
-            raise ReorderError(f"no graph files (*.json) in {p}")
+            raise ReorderError(f"no {what} ({pattern}) in {p}")
         return files
     if not p.exists():
         raise ReorderError(f"no such file or folder: {p}")
     return [p]
+
+
+def graph_files(path: str | Path) -> list[Path]:
+    """The JSON graph files at ``path``: the file itself, or every ``*.json`` in a folder but figure
+    files and recorded optima."""
+    return input_files(path, "*.json", "graph files", lambda f: "figures" in f.name or f.name == OPTIMA_FILE)
+
+
+def instance_files(path: str | Path) -> list[Path]:
+    """The packing instances at ``path``: the CSV file itself, or every ``*.csv`` in a folder."""
+    return input_files(path, "*.csv", "packing instances")
+
+
+def print_json(records: list[dict], path: str | Path, indent: int | None = 1) -> None:
+    """One JSON object for a file, a list of them (one per file) for a folder."""
+    print(json.dumps(records if Path(path).is_dir() else records[0], indent=indent))
+
+
+def add_file(p: argparse.ArgumentParser, what: str = "a graph file (our format or torch's simulator JSON)") -> None:
+    p.add_argument("file", help=f"{what}, or a folder of them")
+
+
+def add_methods(p: argparse.ArgumentParser, help: str = "reordering methods (as for optimize)") -> None:
+    p.add_argument("--methods", help=help)
+
+
+def method_list(text: str | None) -> list[str] | None:
+    """``--methods`` as method specs (None: the default methods). The method registry checks every name and
+    option; its one-line error comes out after the flag and its value."""
+    from .schedulers import make_method, split_methods
+
+    if text is None:
+        return None
+    try:
+        specs = split_methods(text)
+        for spec in specs:
+            make_method(spec)
+    except ReorderError as exc:
+        raise ReorderError(f"--methods {text!r}: {exc}") from None
+    return specs
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Planning options: declared once, turned into the planner's options in one place.
+
+
+def add_packing_arguments(p: argparse.ArgumentParser) -> None:
+    """The offset planner's options that ``plan`` and ``pack`` share."""
+    from .planning import STRATEGY_NAMES
+    from .planning.exact import DEFAULT_NODES
+
+    p.add_argument("--strategy", default="search", choices=STRATEGY_NAMES, help="offset strategy (default: search)")
+    add_search_limits(p)
+    p.add_argument("--exact", action="store_true",
+                   help="minimise the slab with the exact packer (branch and bound) from the strategy's offsets")
+    p.add_argument("--nodes", type=int, default=DEFAULT_NODES,
+                   help=f"effort of the exact packer: placements tried (default {DEFAULT_NODES:,}); results depend "
+                        f"on it, not on the machine")
+
+
+def add_search_limits(p: argparse.ArgumentParser) -> None:
+    """The offset search's effort and its wall-clock limit (every command that plans a slab)."""
+    p.add_argument("--restarts", type=int, help="random restarts of the offset search (default: the planner's)")
+    p.add_argument("--seconds", type=float,
+                   help="wall-clock limit of the offset search, or of the exact packer (default: the planner's)")
+
+
+def plan_options(args: argparse.Namespace) -> dict:
+    """The planner's options from a command's arguments: the one place where flags become planning options
+    (``plan``, ``pack``, ``plot`` and ``demo`` all pass what this returns). Options a command does not have,
+    or that were not given, keep the planner's defaults; the planner checks every value (``PlanError`` names
+    the option, the value and what is allowed)."""
+    given = vars(args)
+    options = {key: given[key] for key in ("strategy", "alignment", "seconds", "restarts", "exact", "nodes")
+               if given.get(key) is not None}
+    if "exclude_inputs" in given:
+        options["include_inputs"] = not given["exclude_inputs"]
+    return options
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# estimate
+
+
+def estimate_arguments(p: argparse.ArgumentParser) -> None:
+    add_file(p)
 
 
 def estimate_record(graph: Graph) -> dict:
@@ -61,12 +178,12 @@ def estimate_record(graph: Graph) -> dict:
     }
 
 
-@command
+@command("estimate", "peak memory of a graph's own order (file or folder of graphs)", estimate_arguments, json=True)
 def cmd_estimate(args: argparse.Namespace) -> int:
     """Peak of the graph's own order; JSON keys: peak, peak_allocfree, lower_bound, nodes."""
     records = [estimate_record(load_graph(f)) for f in graph_files(args.file)]
     if args.json:
-        print(json.dumps(records[0] if len(records) == 1 and Path(args.file).is_file() else records, indent=1))
+        print_json(records, args.file)
         return 0
     rows = [
         (r["graph"], r["nodes"], r["buffers"], format_bytes(r["peak"]), format_bytes(r["peak_allocfree"]),
@@ -75,6 +192,16 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     ]
     print(format_table(["graph", "nodes", "buffers", "peak", "peak (alloc/free)", "lower bound", "peak/bound"], rows))
     return 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# optimize
+
+
+def optimize_arguments(p: argparse.ArgumentParser) -> None:
+    add_file(p)
+    add_methods(p, "comma-separated, e.g. lpmf,bfs,refine (options: 'exact:max_states=10000,refine:window=10'; "
+                   "'optimal:effort=30:workers=1' solves with CP-SAT, needs the exact extra)")
 
 
 def optimize_record(graph: Graph, methods: Sequence[str] | None) -> dict:
@@ -96,19 +223,13 @@ def optimize_record(graph: Graph, methods: Sequence[str] | None) -> dict:
     }
 
 
-def _method_list(text: str | None) -> list[str] | None:
-    from .schedulers import split_methods
-
-    return None if text is None else split_methods(text)
-
-
-@command
+@command("optimize", "find the lowest-peak order", optimize_arguments, json=True)
 def cmd_optimize(args: argparse.Namespace) -> int:
     """Best order over methods; JSON keys: methods, best, order, lower_bound, seconds."""
-    methods = _method_list(args.methods)
+    methods = method_list(args.methods)
     records = [optimize_record(load_graph(f), methods) for f in graph_files(args.file)]
     if args.json:
-        print(json.dumps(records[0] if len(records) == 1 and Path(args.file).is_file() else records, indent=1))
+        print_json(records, args.file)
         return 0
     for r in records:
         base = r["methods"]["baseline"]
@@ -124,163 +245,275 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     return 0
 
 
-#: The search strategy's budget in ``plan`` and ``pack`` when --seconds is not given.
-PLAN_SEARCH_SECONDS = 2.0
-PACK_SEARCH_SECONDS = 10.0
+# ---------------------------------------------------------------------------------------------------------------
+# plan
 
 
-@command
-def cmd_plan(args: argparse.Namespace) -> int:
-    """Slab plan; JSON keys: order, slab_bytes, lower_bound, strategy, buffers [{name, offset, size, start, end}];
-    with --exact also status and nodes."""
+def plan_arguments(p: argparse.ArgumentParser) -> None:
+    add_file(p)
+    add_packing_arguments(p)
+    p.add_argument("--alignment", type=int, help="bytes every offset and size is a multiple of (default: the planner's)")
+    p.add_argument("--order", default="all", choices=["all", "best", "baseline"],
+                   help="plan every method's order and keep the smallest slab (all), only the lowest-peak order, "
+                        "or the graph's own")
+    add_methods(p, "reordering methods whose orders are candidates (as for optimize)")
+    p.add_argument("--exclude-inputs", action="store_true", help="leave graph inputs to the caller")
+
+
+def plan_graph(graph: Graph, args: argparse.Namespace, methods: Sequence[str] | None):
+    """``(order method, validated SlabPlan)`` for ``graph`` as ``plan``'s options ask."""
     from .planning import plan_memory, plan_orders
     from .schedulers import reorder_for_peak_memory
 
-    graph = load_graph(args.file)
-    seconds = PLAN_SEARCH_SECONDS if args.seconds is None and not args.exact else args.seconds
-    options = dict(alignment=args.alignment, include_inputs=not args.exclude_inputs, seconds=seconds,
-                   restarts=args.restarts, exact=args.exact, nodes=args.nodes)
     if args.order == "baseline":
-        chosen, plan = "baseline", plan_memory(graph, None, args.strategy, **options)
-    else:
-        result = reorder_for_peak_memory(graph, _method_list(args.methods))
-        orders = result.orders if args.order == "all" else {result.method: result.order}
-        chosen, plan = plan_orders(graph, orders, args.strategy, **options)
+        return "baseline", plan_memory(graph, None, **plan_options(args))
+    result = reorder_for_peak_memory(graph, methods)
+    orders = result.orders if args.order == "all" else {result.method: result.order}
+    return plan_orders(graph, orders, **plan_options(args))
+
+
+@command("plan", "pack every buffer into one slab at static offsets (file or folder of graphs)", plan_arguments,
+         json=True)
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Slab plan; JSON keys: order, slab_bytes, lower_bound, strategy, buffers [{name, offset, size, start, end}];
+    with --exact also status and nodes."""
+    methods = method_list(args.methods)
+    records = []
+    for path in graph_files(args.file):
+        graph = load_graph(path)
+        chosen, plan = plan_graph(graph, args, methods)
+        if args.json:
+            records.append({"graph": graph.name, "order_method": chosen, **plan.to_json()})
+            continue
+        print(f"{graph.name}: {len(plan.names)} storages, order from {chosen}, strategy {plan.strategy}, "
+              f"alignment {plan.alignment}")
+        print(f"slab {format_bytes(plan.slab_bytes)} ({plan.slab_bytes} B), lower bound "
+              f"{format_bytes(plan.lower_bound)}, ratio {plan.ratio:.4f}; plan validated: no two live buffers share "
+              f"a byte")
+        if plan.status:
+            print(f"exact packer: {plan.status} after {plan.nodes} nodes")
+        if args.verbose:
+            rows = [(plan.names[k], plan.offsets[k], plan.sizes[k], plan.symbolic_sizes[k] or "", plan.starts[k],
+                     plan.ends[k]) for k in range(len(plan.names))]
+            print(format_table(["buffer", "offset", "size", "symbolic", "start", "end"], rows))
     if args.json:
-        print(json.dumps({"graph": graph.name, "order_method": chosen, **plan.to_json()}, indent=1))
-        return 0
-    print(f"{graph.name}: {len(plan.names)} storages, order from {chosen}, strategy {plan.strategy}, "
-          f"alignment {plan.alignment}")
-    print(f"slab {format_bytes(plan.slab_bytes)} ({plan.slab_bytes} B), lower bound {format_bytes(plan.lower_bound)}, "
-          f"ratio {plan.ratio:.4f}; plan validated: no two live buffers share a byte")
-    if plan.status:
-        print(f"exact packer: {plan.status} after {plan.nodes} nodes")
-    if args.verbose:
-        rows = [(plan.names[k], plan.offsets[k], plan.sizes[k], plan.symbolic_sizes[k] or "", plan.starts[k], plan.ends[k])
-                for k in range(len(plan.names))]
-        print(format_table(["buffer", "offset", "size", "symbolic", "start", "end"], rows))
+        print_json(records, args.file)
     return 0
 
 
-@command
+# ---------------------------------------------------------------------------------------------------------------
+# pack
+
+
+def pack_arguments(p: argparse.ArgumentParser) -> None:
+    add_file(p, "a packing instance (CSV id,lower,upper,size)")
+    add_packing_arguments(p)
+    p.add_argument("--capacity", type=byte_count, help="with --exact: decide whether a slab of this many bytes suffices")
+
+
+def byte_count(text: str) -> int:
+    """An argparse type: a whole number of bytes, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number of bytes >= 0, got {text!r}")
+    return value
+
+
+@command("pack", "pack an offset instance (CSV id,lower,upper,size; file or folder of them)", pack_arguments,
+         json=True)
 def cmd_pack(args: argparse.Namespace) -> int:
     """Pack a CSV instance; JSON keys: slab_bytes, lower_bound, offsets {id: offset};
     with --exact also status, capacity, nodes, clock_stopped, note (offsets and slab_bytes null without a packing)."""
-    import time
+    from .planning import load_instance
 
-    from .planning import load_instance, pack
+    if args.capacity is not None and not args.exact:
+        raise ReorderError(f"--capacity needs --exact (got --capacity {args.capacity} without it)")
+    records = [(pack_exactly if args.exact else pack_instance)(args, load_instance(f)) for f in instance_files(args.file)]
+    if args.json:
+        print_json(records, args.file, indent=None)
+    return 0
+
+
+def pack_instance(args: argparse.Namespace, inst) -> dict:
+    """``pack`` by a strategy: the validated packing's JSON object (printed as a line unless ``--json``).
+    The search's improvements are shown on stderr as they come."""
+    from .planning import pack
     from .planning.slab import SlabPlan
 
-    inst = load_instance(args.file)
-    if args.exact:
-        return pack_exactly(args, inst)
-    if args.capacity is not None:
-        raise ReorderError("--capacity needs --exact")
     t0 = time.perf_counter()
+    with Progress() as progress:
+        def show(restarts: int, slab: int) -> None:
+            progress.show(f"{inst.name}: {time.perf_counter() - t0:5.1f}s  restart {restarts:5d}  best slab {slab}")
 
-    def show(restarts: int, slab: int) -> None:
-        print(f"\r{inst.name}: {time.perf_counter() - t0:5.1f}s  restart {restarts:5d}  best slab {slab}",
-              end="", file=sys.stderr, flush=True)
-
-    seconds = PACK_SEARCH_SECONDS if args.seconds is None else args.seconds
-    offsets = pack(inst.starts, inst.ends, inst.sizes, args.strategy, seconds, args.restarts,
-                   progress=None if args.json else show)
-    if not args.json and args.strategy == "search":
-        print(file=sys.stderr)
+        offsets = pack(inst.starts, inst.ends, inst.sizes, progress=None if args.json else show, **plan_options(args))
     seconds = time.perf_counter() - t0
     plan = SlabPlan.of_intervals(inst.ids, inst.starts, inst.ends, inst.sizes, offsets, args.strategy)
     plan.validate()
     slab, bound = plan.slab_bytes, plan.lower_bound
-    if args.json:
-        print(json.dumps({"instance": inst.name, "strategy": args.strategy, "buffers": len(inst.ids), "slab_bytes": slab,
-                          "lower_bound": bound, "ratio": slab / bound if bound else 1.0, "seconds": seconds,
-                          "offsets": dict(zip(inst.ids, offsets))}))
-        return 0
-    print(f"{inst.name}: {len(inst.ids)} buffers, slab {slab} B, lower bound {bound} B, "
-          f"ratio {slab / bound if bound else 1.0:.4f}, {seconds:.2f}s ({args.strategy}); valid")
-    return 0
+    if not args.json:
+        print(f"{inst.name}: {len(inst.ids)} buffers, slab {slab} B, lower bound {bound} B, "
+              f"ratio {slab / bound if bound else 1.0:.4f}, {seconds:.2f}s ({args.strategy}); valid")
+    return {"instance": inst.name, "strategy": args.strategy, "buffers": len(inst.ids), "slab_bytes": slab,
+            "lower_bound": bound, "ratio": slab / bound if bound else 1.0, "seconds": seconds,
+            "offsets": dict(zip(inst.ids, offsets, strict=True))}
 
 
-def pack_exactly(args: argparse.Namespace, inst) -> int:
-    """``pack --exact``: the exact packer's verdict; any packing is validated before it is printed."""
+def pack_exactly(args: argparse.Namespace, inst) -> dict:
+    """``pack --exact``: the exact packer's verdict as a JSON object (printed as a line unless ``--json``);
+    any packing is validated first."""
     from .planning import exact_packing
     from .planning.slab import SlabPlan
 
-    found = exact_packing(inst.starts, inst.ends, inst.sizes, args.strategy, args.capacity, args.nodes, args.seconds)
+    options = plan_options(args)
+    found = exact_packing(inst.starts, inst.ends, inst.sizes, options["strategy"], args.capacity, options["nodes"],
+                          options.get("seconds"))
     if found.offsets is not None:
         SlabPlan.of_intervals(inst.ids, inst.starts, inst.ends, inst.sizes, found.offsets, "exact").validate()
     bound = found.lower_bound
-    if args.json:
-        print(json.dumps({"instance": inst.name, "strategy": "exact", "buffers": len(inst.ids), "status": found.status,
-                          "capacity": found.capacity, "slab_bytes": found.slab, "lower_bound": bound,
-                          "ratio": found.slab / bound if found.slab is not None and bound else None,
-                          "nodes": found.nodes, "seconds": found.seconds, "clock_stopped": found.clock_stopped,
-                          "note": found.note,
-                          "offsets": None if found.offsets is None else dict(zip(inst.ids, found.offsets))}))
-        return 0
-    slab = "no packing" if found.slab is None else f"slab {found.slab} B (ratio {found.slab / bound:.4f}); valid"
-    within = "" if found.capacity is None else f" within {found.capacity} B"
-    stopped = ", stopped by the clock" if found.clock_stopped else ""
-    print(f"{inst.name}: {len(inst.ids)} buffers, {found.status}{within}: {slab}, lower bound {bound} B, "
-          f"{found.nodes} nodes, {found.seconds:.2f}s{stopped}" + (f" ({found.note})" if found.note else ""))
-    return 0
+    if not args.json:
+        slab = "no packing" if found.slab is None else f"slab {found.slab} B (ratio {found.slab / bound:.4f}); valid"
+        within = "" if found.capacity is None else f" within {found.capacity} B"
+        stopped = ", stopped by the clock" if found.clock_stopped else ""
+        print(f"{inst.name}: {len(inst.ids)} buffers, {found.status}{within}: {slab}, lower bound {bound} B, "
+              f"{found.nodes} nodes, {found.seconds:.2f}s{stopped}" + (f" ({found.note})" if found.note else ""))
+    return {"instance": inst.name, "strategy": "exact", "buffers": len(inst.ids), "status": found.status,
+            "capacity": found.capacity, "slab_bytes": found.slab, "lower_bound": bound,
+            "ratio": found.slab / bound if found.slab is not None and bound else None,
+            "nodes": found.nodes, "seconds": found.seconds, "clock_stopped": found.clock_stopped, "note": found.note,
+            "offsets": None if found.offsets is None else dict(zip(inst.ids, found.offsets, strict=True))}
 
 
-@command
+# ---------------------------------------------------------------------------------------------------------------
+# capture
+
+
+def capture_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("script", help="the Python file to run (as 'python SCRIPT ARGS...' would)")
+    p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    p.add_argument("--out", default="captured", help="folder for the graphs (default: ./captured)")
+
+
+@command("capture", "run a script with the Inductor hook and save its graphs", capture_arguments)
 def cmd_capture(args: argparse.Namespace) -> int:
     """Run a script with the Inductor hook on; write every compiled graph and Inductor's figures to --out."""
-    import runpy
-
     from . import inductor
 
-    script = Path(args.script)
-    if not script.exists():
-        raise ReorderError(f"no such script: {script}")
-    rest = list(args.script_args)
-    if "--out" in rest:  # accepted after the script too
-        i = rest.index("--out")
-        if i + 1 >= len(rest):
-            raise ReorderError("--out needs a folder")
-        args.out = rest[i + 1]
-        del rest[i:i + 2]
-    args.script_args = rest
-    out = Path(args.out)
-    sys.argv = [str(script), *args.script_args]
+    found, rest = split_script_args(args.script_args, {"--out": True})  # --out is accepted after the script too
+    out = Path(found.get("--out", args.out))
     with inductor.use(capture_dir=out) as session:
-        runpy.run_path(str(script), run_name="__main__")
+        run_script(args.script, rest)
+    for fallback in session.fallbacks:
+        print(f"not captured: {fallback.graph}: {fallback.reason}", file=sys.stderr)
     captured = session.graphs
-    for r in session.fallbacks:
-        print(f"not captured: {r.graph}: {r.reason}", file=sys.stderr)
     if not captured:
-        raise ReorderError(f"no graph reached Inductor's scheduler while {script} ran (does it call torch.compile "
-                           f"and run the compiled function?); nothing was written to {out}")
-    rows = [(r.graph, r.nodes, r.inductor["baseline"], min(r.inductor.values()), r.peak, r.method) for r in captured]
+        raise ReorderError(f"no graph reached Inductor's scheduler while {args.script} ran (does it call "
+                           f"torch.compile and run the compiled function?); nothing was written to {out}")
+    rows = [(r.graph, r.nodes, r.inductor["baseline"], r.inductor_best, r.peak, r.method) for r in captured]
     print(format_table(["graph", "nodes", "Inductor baseline", "Inductor best", "ours", "method"], rows))
     print(f"wrote {len(captured)} graphs and inductor-figures.json to {out} (Inductor's caches were off while "
           f"capturing, so every compiled graph went through the pass)")
     return 0
 
 
-@command
+# ---------------------------------------------------------------------------------------------------------------
+# compare
+
+
+#: ``reorder compare``'s own options (name -> takes a value), also accepted after the script (before a ``--``).
+COMPARE_OPTIONS = {"--variants": True, "--device": True, "--out": True, "--json": False}
+
+
+def compare_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("script", help="the Python file to run (as 'python SCRIPT ARGS...' would), once per variant")
+    p.add_argument("script_args", nargs=argparse.REMAINDER,
+                   help="arguments passed to the script (our options may follow them; after '--' all go to the script)")
+    p.add_argument("--variants", default="stock,hook,slab,guard", help="comma-separated: stock, hook, slab, guard")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--out", default="compare-out", help="folder for the plot and compare.json (default: ./compare-out)")
+
+
+@command("compare", "run a script under every variant, each in a fresh process; real memory side by side",
+         compare_arguments, json=True)
+def cmd_compare(args: argparse.Namespace) -> int:
+    """A table (variant, real peak, against stock, last step, compile s, run s, graphs, fallbacks), one sentence
+    naming the lowest variant, a PNG; ``--json``: every figure (see :class:`reorder.compare.Comparison`)."""
+    from .compare import compare
+
+    found, script_args = split_script_args(args.script_args, COMPARE_OPTIONS)
+    variants = str(found.get("--variants", args.variants))
+    comparison = compare(args.script, script_args, [v for v in variants.split(",") if v],
+                         str(found.get("--device", args.device)), found.get("--out", args.out))
+    if args.json or found.get("--json"):
+        print(json.dumps(comparison.to_json(), indent=1))
+        return 0
+    print(comparison.table())
+    print(comparison.sentence)
+    if comparison.plot:
+        print(f"plot: {comparison.plot}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# plot
+
+
+def plot_arguments(p: argparse.ArgumentParser) -> None:
+    add_file(p)
+    p.add_argument("--out", required=True,
+                   help="PNG file to write; for a folder of graphs, a folder (one NAME.png per graph)")
+    add_methods(p)
+    add_search_limits(p)
+
+
+def plot_targets(files: list[Path], source: str, out: str) -> list[Path]:
+    """Where each graph's PNG goes: ``out`` itself for one graph file, ``out/NAME.png`` for a folder of graphs
+    (or when ``out`` is an existing folder)."""
+    target = Path(out)
+    if not Path(source).is_dir() and not target.is_dir():
+        return [target]
+    if target.suffix.lower() == ".png" or target.is_file():
+        raise ReorderError(f"--out {out}: {source} is a folder of {len(files)} graph files, so --out must be a "
+                           f"folder (one NAME.png per graph)")
+    return [target / f"{f.stem}.png" for f in files]
+
+
+@command("plot", "draw live bytes per step and the slab layout (needs matplotlib; file or folder of graphs)",
+         plot_arguments)
 def cmd_plot(args: argparse.Namespace) -> int:
-    """Live bytes per step (baseline vs the chosen order) and the slab layout, in one PNG."""
+    """Live bytes per step (baseline vs the chosen order) and the slab layout, in one PNG per graph."""
     from .planning import plan_orders
     from .plot import plot_graph
     from .schedulers import reorder_for_peak_memory
 
-    graph = load_graph(args.file)
-    result = reorder_for_peak_memory(graph, _method_list(args.methods))
-    method, plan = plan_orders(graph, result.orders, seconds=args.seconds)
-    out = plot_graph(graph, list(range(graph.num_nodes)), result.order, result.method, plan, args.out, result.lower_bound)
-    print(f"wrote {out}: peak {result.peaks['baseline']} -> {result.peak} ({result.method}), "
-          f"slab {plan.slab_bytes} (order of {method})")
+    methods = method_list(args.methods)
+    files = graph_files(args.file)
+    for path, target in zip(files, plot_targets(files, args.file, args.out), strict=True):
+        graph = load_graph(path)
+        result = reorder_for_peak_memory(graph, methods)
+        method, plan = plan_orders(graph, result.orders, **plan_options(args))
+        written = plot_graph(graph, list(range(graph.num_nodes)), result.order, result.method, plan, target,
+                             result.lower_bound)
+        print(f"wrote {written}: peak {result.peaks['baseline']} -> {result.peak} ({result.method}), "
+              f"slab {plan.slab_bytes} (order of {method})")
     return 0
 
+
+# ---------------------------------------------------------------------------------------------------------------
+# demo
 
 BUNDLED_GRAPHS = Path(__file__).resolve().parent / "data" / "graphs"
 
 
-@command
+def demo_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("folder", nargs="?", default=str(BUNDLED_GRAPHS), help="default: the bundled Inductor graphs")
+    p.add_argument("--out", default="demo-out", help="folder for the plots (default: ./demo-out)")
+    add_search_limits(p)
+
+
+@command("demo", "reorder and plan every graph in a folder, print a table, draw plots", demo_arguments)
 def cmd_demo(args: argparse.Namespace) -> int:
     """End to end on a folder of graphs (default: the bundled ones): reorder, plan the slab, table, plots."""
     from .planning import plan_orders
@@ -297,31 +530,34 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"(no plots: {exc})", file=sys.stderr)
     rows, records = [], []
     files = graph_files(args.folder)
-    for k, path in enumerate(files, 1):
-        graph = load_graph(path)
-        optimum = optimum_for(path)
-        result = reorder_for_peak_memory(graph)
-        # A recorded optimum (benchmarks.optimum) is a proven bound too.
-        bound = max(result.lower_bound, optimum.bound if optimum else 0)
-        plan_method, plan = plan_orders(graph, result.orders, seconds=args.seconds)
-        peaks = result.peaks
-        inductor = min(peaks[m] for m in ("baseline", "lpmf", "bfs", "dfs"))
-        saved = inductor - result.peak
-        if plots:
-            plot_graph(graph, list(range(graph.num_nodes)), result.order, result.method, plan,
-                       out / f"{graph.name}.png", result.lower_bound)
-        rows.append((
-            graph.name, graph.num_nodes, format_bytes(peaks["baseline"]), format_bytes(inductor),
-            format_bytes(result.peak), f"{format_bytes(saved)} ({100 * saved / inductor:.2f}%)" if inductor else "-",
-            result.method, "yes" if result.peak <= bound else f"{100 * (result.peak - bound) / bound:.1f}% gap",
-            optimum.column() if optimum else "-", format_bytes(plan.slab_bytes), f"{plan.ratio:.4f}", f"{sum(result.seconds.values()) * 1000:.0f}",
-        ))
-        records.append({"graph": graph.name, "nodes": graph.num_nodes, "inductor_best": inductor, "ours": result.peak,
-                        "method": result.method, "lower_bound": result.lower_bound, "optimal": result.optimal,
-                        "slab_bytes": plan.slab_bytes, "slab_lower_bound": plan.lower_bound, "peaks": peaks,
-                        "optimum": asdict(optimum) if optimum else None})
-        print(f"\r[{k}/{len(files)}] {graph.name}".ljust(60), end="", file=sys.stderr, flush=True)
-    print(file=sys.stderr)
+    with Progress() as progress:
+        for k, path in enumerate(files, 1):
+            graph = load_graph(path)
+            optimum = optimum_for(path)
+            result = reorder_for_peak_memory(graph)
+            # A recorded optimum (benchmarks.optimum) is a proven bound too.
+            bound = max(result.lower_bound, optimum.bound if optimum else 0)
+            plan_method, plan = plan_orders(graph, result.orders, **plan_options(args))
+            peaks = result.peaks
+            inductor = min(peaks[m] for m in ("baseline", "lpmf", "bfs", "dfs"))
+            saved = inductor - result.peak
+            if plots:
+                plot_graph(graph, list(range(graph.num_nodes)), result.order, result.method, plan,
+                           out / f"{graph.name}.png", result.lower_bound)
+            rows.append((
+                graph.name, graph.num_nodes, format_bytes(peaks["baseline"]), format_bytes(inductor),
+                format_bytes(result.peak),
+                f"{format_bytes(saved)} ({100 * saved / inductor:.2f}%)" if inductor else "-",
+                result.method, "yes" if result.peak <= bound else f"{100 * (result.peak - bound) / bound:.1f}% gap",
+                optimum.column() if optimum else "-", format_bytes(plan.slab_bytes), f"{plan.ratio:.4f}",
+                f"{sum(result.seconds.values()) * 1000:.0f}",
+            ))
+            records.append({"graph": graph.name, "nodes": graph.num_nodes, "inductor_best": inductor,
+                            "ours": result.peak, "method": result.method, "lower_bound": result.lower_bound,
+                            "optimal": result.optimal, "slab_bytes": plan.slab_bytes,
+                            "slab_lower_bound": plan.lower_bound, "peaks": peaks,
+                            "optimum": asdict(optimum) if optimum else None})
+            progress.show(f"[{k}/{len(files)}] {graph.name}")
     print(format_table(["graph", "nodes", "baseline", "Inductor best", "ours", "saved", "method", "optimal",
                         "optimum", "slab", "slab/bound", "ms"], rows))
     never_worse = all(r["ours"] <= r["inductor_best"] for r in records)
@@ -333,80 +569,36 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_exact_options(p: argparse.ArgumentParser) -> None:
-    from .planning.exact import DEFAULT_NODES
+# ---------------------------------------------------------------------------------------------------------------
+# The parser: one loop over the registry.
 
-    p.add_argument("--exact", action="store_true",
-                   help="minimise the slab with the exact packer (branch and bound) from the strategy's offsets")
-    p.add_argument("--nodes", type=int, default=DEFAULT_NODES,
-                   help=f"effort of the exact packer: placements tried (default {DEFAULT_NODES:,}); results depend on it, not on the machine")
+
+class Parser(argparse.ArgumentParser):
+    """argparse with its complaints (unknown option, bad value, missing argument) raised as one
+    :class:`ReorderError` line, like every other error of the command line."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ReorderError(f"{message} (see '{self.prog} --help')")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="reorder", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="store_true", help="log each method's peak (INFO on the 'reorder' logger); with plan, list every buffer")
+    parser = Parser(prog="reorder", description="Estimate, lower and plan the peak memory of Inductor graphs.")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log each method's peak (INFO on the 'reorder' logger); with plan, list every buffer")
     sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("estimate", help="peak memory of a graph's own order (file or folder of graphs)")
-    p.add_argument("file")
-    p.add_argument("--json", action="store_true")
-
-    p = sub.add_parser("optimize", help="find the lowest-peak order")
-    p.add_argument("file")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--methods", help="comma-separated, e.g. lpmf,bfs,refine (options: 'exact:max_states=10000,refine:window=10'; "
-                        "'optimal:effort=30:workers=1' solves with CP-SAT, needs the exact extra)")
-
-    from .planning import STRATEGY_NAMES
-
-    p = sub.add_parser("plan", help="pack every buffer into one slab at static offsets")
-    p.add_argument("file")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--strategy", default="search", choices=STRATEGY_NAMES)
-    p.add_argument("--alignment", type=int, default=64)
-    p.add_argument("--order", default="all", choices=["all", "best", "baseline"],
-                   help="plan every method's order and keep the smallest slab (all), only the lowest-peak order, or the graph's own")
-    p.add_argument("--methods", help="reordering methods whose orders are candidates (as for optimize)")
-    p.add_argument("--seconds", type=float,
-                   help="time budget of the search strategy (default 2), or the exact packer's wall-clock cap (default none)")
-    p.add_argument("--restarts", type=int, help="cap on the search's random restarts (deterministic results)")
-    p.add_argument("--exclude-inputs", action="store_true", help="leave graph inputs to the caller")
-    add_exact_options(p)
-
-    p = sub.add_parser("pack", help="pack an offset instance (CSV id,lower,upper,size)")
-    p.add_argument("file")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--strategy", default="search", choices=STRATEGY_NAMES)
-    p.add_argument("--seconds", type=float,
-                   help="time budget of the search strategy (default 10), or the exact packer's wall-clock cap (default none)")
-    p.add_argument("--restarts", type=int, help="cap on the search's random restarts (deterministic results)")
-    add_exact_options(p)
-    p.add_argument("--capacity", type=int, help="with --exact: decide whether a slab of this many bytes suffices")
-
-    p = sub.add_parser("plot", help="draw live bytes per step and the slab layout (needs matplotlib)")
-    p.add_argument("file")
-    p.add_argument("--out", required=True, help="PNG file to write")
-    p.add_argument("--methods", help="reordering methods (as for optimize)")
-    p.add_argument("--seconds", type=float, default=1.0, help="time budget of the slab search")
-
-    p = sub.add_parser("capture", help="run a script with the Inductor hook and save its graphs")
-    p.add_argument("script")
-    p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments passed to the script")
-    p.add_argument("--out", default="captured", help="folder for the graphs (default: ./captured)")
-
-    p = sub.add_parser("demo", help="reorder and plan every graph in a folder, print a table, draw plots")
-    p.add_argument("folder", nargs="?", default=str(BUNDLED_GRAPHS), help="default: the bundled Inductor graphs")
-    p.add_argument("--out", default="demo-out", help="folder for the plots (default: ./demo-out)")
-    p.add_argument("--seconds", type=float, default=0.5, help="slab search budget per order set")
-
+    for cmd in COMMANDS.values():
+        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.run.__doc__)
+        cmd.add_arguments(p)
+        if cmd.json:
+            p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
     try:
-        return COMMANDS[args.command](args)
+        args = build_parser().parse_args(argv)
+        logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
+        return COMMANDS[args.command].run(args)
     except ReorderError as exc:
         print(f"reorder: error: {exc}", file=sys.stderr)
         return 2

@@ -20,18 +20,28 @@ code can be told from work around it.
 On CUDA the call is also bracketed by ``torch.cuda.max_memory_allocated`` and
 ``max_memory_reserved`` (their peaks above the start), which cross-check the
 events and add what the caching allocator reserved beyond them.
+
+Kineto, the profiler's C++ backend, writes ``USDT: ... profiler_start`` and
+``profiler_stop`` to file descriptor 2 whenever a trace starts or stops, at
+any log level Python can still set (``KINETO_LOG_LEVEL`` is read once, at the
+first profile of the process). :func:`measure` drops those two lines and
+nothing else: see :func:`without_kineto_markers`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
 from .errors import ReorderError
 
-__all__ = ["MemoryMeasurement", "Region", "measure"]
+__all__ = ["MemoryMeasurement", "Region", "measure", "without_kineto_markers"]
 
 
 @dataclass(frozen=True)
@@ -178,6 +188,56 @@ def peak_composition(tree: list, device: torch.device, peak_time: int, calls: li
     return out
 
 
+KINETO_MARKER = b"USDT:"
+
+
+def _flush_stderr() -> None:
+    if sys.stderr is not None:  # None under pythonw
+        sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def without_kineto_markers() -> Iterator[None]:
+    """Drop the lines Kineto writes to file descriptor 2 that start with ``USDT:``; keep every other line.
+
+    While the block runs, descriptor 2 points at a temporary file; on exit it
+    is restored and the file's other lines are written to it, in order.
+    Meant for the profiler's start and stop only: anything written to
+    stderr inside the block appears when the block ends, not before.
+    """
+    _flush_stderr()
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as sink:
+            os.dup2(sink.fileno(), 2)
+            try:
+                yield
+            finally:
+                _flush_stderr()
+                os.dup2(saved, 2)
+                sink.seek(0)
+                kept = [line for line in sink.read().splitlines(keepends=True) if not line.startswith(KINETO_MARKER)]
+                if kept:
+                    os.write(2, b"".join(kept))
+    finally:
+        os.close(saved)
+
+
+@contextlib.contextmanager
+def _profiling(activities: list) -> Iterator[Any]:
+    """``torch.profiler.profile`` with memory events, started and stopped without Kineto's marker lines."""
+    from torch.profiler import profile
+
+    prof = profile(activities=activities, profile_memory=True)
+    with without_kineto_markers():
+        prof.start()
+    try:
+        yield prof
+    finally:
+        with without_kineto_markers():
+            prof.__exit__(None, None, None)
+
+
 def measure(fn: Callable[[], Any], device: torch.device | str | None = None) -> MemoryMeasurement:
     """Run ``fn()`` once and measure what it allocates on ``device`` (default: CUDA if available, else CPU).
 
@@ -185,7 +245,7 @@ def measure(fn: Callable[[], Any], device: torch.device | str | None = None) -> 
     holds count in ``end``. Raises :class:`ReorderError` if a profiler is
     already running (they cannot nest).
     """
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
     if torch._C._autograd._profiler_enabled():
         raise ReorderError("measure: a torch profiler is already running; memory events cannot be nested")
@@ -196,7 +256,7 @@ def measure(fn: Callable[[], Any], device: torch.device | str | None = None) -> 
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         allocated, reserved = torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
-    with profile(activities=activities, profile_memory=True) as prof:
+    with _profiling(activities) as prof:
         result = fn()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -237,7 +297,10 @@ def measure(fn: Callable[[], Any], device: torch.device | str | None = None) -> 
     if optimizer:
         phases["optimizer"] = region("optimizer", optimizer[0][0], max(e for _, e, _ in optimizer))
     call_ranges = _ranges(events, lambda n: n.startswith("## Call CompiledFxGraph"))
-    calls = tuple(region(name.strip("# ").removeprefix("Call "), s, e) for s, e, name in call_ranges)
+    in_backward = [(s, e) for s, e, _ in backward]
+    calls = tuple(region(name.strip("# ").removeprefix("Call ")
+                         + (" (backward)" if any(b <= s <= f for b, f in in_backward) else ""), s, e)
+                  for s, e, name in call_ranges)
     composition = peak_composition(tree, device, peak_time, [(s, e) for s, e, _ in call_ranges],
                                    backward[0][0] if backward else None)
     return MemoryMeasurement(str(device), peak, current, allocations, frees, tuple(curve), phases, held, calls, cuda,

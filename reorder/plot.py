@@ -36,7 +36,12 @@ def _unit(peak: float) -> tuple[float, str]:
 
 
 def plot_live_bytes(graph: Graph, orders: Mapping[str, Sequence[int]], ax, lower_bound: int | None = None) -> None:
-    """One step line per order (label -> node ids), peaks marked, the lower bound dashed."""
+    """One step line per order (label -> node ids), peaks marked, the lower bound dashed.
+
+    The legend sits outside the axes, to their right, so it hides no step of
+    any line (orders often differ only in their first steps, where a legend
+    inside the axes would sit).
+    """
     timelines = {label: estimate_peak_memory(graph, order) for label, order in orders.items()}
     scale, unit = _unit(max(t.peak for t in timelines.values()))
     for label, t in timelines.items():
@@ -48,7 +53,7 @@ def plot_live_bytes(graph: Graph, orders: Mapping[str, Sequence[int]], ax, lower
     ax.set_xlabel("step")
     ax.set_ylabel(f"live {unit}")
     ax.set_title(f"{graph.name}: live bytes per step")
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8)
     ax.grid(alpha=0.3)
 
 

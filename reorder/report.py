@@ -1,10 +1,11 @@
-"""Plain-text tables and byte counts for the command line and reports."""
+"""Plain-text tables, byte counts and progress lines for the command line and reports."""
 
 from __future__ import annotations
 
-from typing import Sequence
+import sys
+from typing import Sequence, TextIO
 
-__all__ = ["format_bytes", "format_table", "markdown_table"]
+__all__ = ["Progress", "format_bytes", "format_table", "markdown_table"]
 
 
 def format_bytes(n: int | float) -> str:
@@ -45,3 +46,32 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> 
 def _looks_numeric(cell: str) -> bool:
     head = cell.split(" ")[0].rstrip("%x").replace(".", "", 1).replace(",", "").lstrip("-+")
     return head.isdigit()
+
+
+class Progress:
+    """Status lines on ``stream`` (default: stderr) while a long command works.
+
+    On a terminal each line replaces the one before (a carriage return), and
+    leaving the ``with`` block ends the last one with a newline; anywhere else
+    (a pipe, a file, a log) each status is a line of its own, so that fifteen
+    entries read as fifteen lines, not one.
+    """
+
+    def __init__(self, stream: TextIO | None = None):
+        self.stream = sys.stderr if stream is None else stream
+        self.in_place = self.stream.isatty()
+        self.width = 0
+
+    def show(self, text: str) -> None:
+        if self.in_place:
+            print("\r" + text.ljust(self.width), end="", file=self.stream, flush=True)
+            self.width = max(self.width, len(text))
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.in_place and self.width:
+            print(file=self.stream, flush=True)

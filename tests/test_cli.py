@@ -1,13 +1,21 @@
 """The command line: JSON contracts other tools rely on, tables, and errors."""
 
+import argparse
+import io
 import json
+import os
+import shutil
 import subprocess
 import sys
+import textwrap
 
 import pytest
 from helpers import FIGURES, GRAPHS
 
-from reorder.cli import main
+from reorder.cli import COMMANDS, build_parser, main
+from reorder.script import ScriptError, run_script
+from reorder.errors import ReorderError
+from reorder.report import Progress
 
 
 def run(capsys, *argv):
@@ -71,3 +79,269 @@ def test_python_dash_m_entry_point():
     result = subprocess.run([sys.executable, "-m", "reorder", "estimate", str(GRAPHS / "mlp_infer_0.json"), "--json"],
                             capture_output=True, text=True, check=True)
     assert json.loads(result.stdout)["peak"] == FIGURES["mlp_infer_0"]["peak"]["baseline"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The command line as a user runs it: a subprocess, its exact lines and exit status.
+
+ROOT = GRAPHS.parent.parent.parent
+
+
+def reorder(*argv, cwd=None):
+    """``python -m reorder ARGV...`` with this checkout first on the path; stdout, stderr piped."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "reorder", *map(str, argv)], capture_output=True, text=True,
+                          env=env, cwd=cwd)
+
+
+def one_error_line(result):
+    """The single stderr line of a failed command (exit 2, nothing on stdout)."""
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("reorder: error: ")
+    return lines[0]
+
+
+def graph_folder(tmp_path, *names):
+    folder = tmp_path / "graphs"
+    folder.mkdir()
+    for name in names:
+        shutil.copy(GRAPHS / f"{name}.json", folder)
+    return folder
+
+
+def instance_folder(tmp_path):
+    folder = tmp_path / "instances"
+    folder.mkdir()
+    (folder / "two.csv").write_text("id,lower,upper,size\na,0,2,64\nb,1,3,32\n")
+    (folder / "three.csv").write_text("id,lower,upper,size\na,0,1,16\nb,1,2,16\nc,0,2,8\n")
+    return folder
+
+
+def test_every_command_is_declared_once_with_json_where_the_readme_says():
+    parser = build_parser()
+    subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert list(subcommands) == list(COMMANDS) == ["estimate", "optimize", "plan", "pack", "capture", "compare", "plot", "demo"]
+    takes_json = {name for name, p in subcommands.items() if any("--json" in a.option_strings for a in p._actions)}
+    assert takes_json == {"estimate", "optimize", "plan", "pack", "compare"} == {c.name for c in COMMANDS.values() if c.json}
+
+
+def test_pack_takes_a_folder_of_instances(tmp_path):
+    folder = instance_folder(tmp_path)
+    result = reorder("pack", folder, "--strategy", "greedy_by_size")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["three.csv", "two.csv"]
+    assert lines[1].startswith("two.csv: 2 buffers, slab 96 B, lower bound 96 B, ratio 1.0000, ")
+    data = json.loads(reorder("pack", folder, "--json", "--strategy", "greedy_by_size").stdout)
+    assert [(d["instance"], d["slab_bytes"]) for d in data] == [("three.csv", 24), ("two.csv", 96)]
+    single = json.loads(reorder("pack", folder / "two.csv", "--json", "--strategy", "greedy_by_size").stdout)
+    assert single["offsets"] == data[1]["offsets"] == {"a": 0, "b": 64}
+
+
+def test_pack_search_progress_is_one_line_per_improvement_when_piped(tmp_path):
+    result = reorder("pack", instance_folder(tmp_path), "--restarts", "5")
+    assert result.returncode == 0 and "\r" not in result.stderr
+    assert result.stderr.splitlines() and all(
+        line.startswith(("three.csv: ", "two.csv: ")) and " best slab " in line for line in result.stderr.splitlines())
+
+
+def test_plan_takes_a_folder_of_graphs(tmp_path):
+    folder = graph_folder(tmp_path, "mlp_infer_0", "mlp_train_0")
+    data = json.loads(reorder("plan", folder, "--json", "--order", "baseline").stdout)
+    assert [d["graph"] for d in data] == ["mlp_infer_0", "mlp_train_0"]
+    assert [d["slab_bytes"] for d in data] == [262144, 1572864]
+    text = reorder("plan", folder, "--order", "baseline").stdout.splitlines()
+    assert [line for line in text if line.startswith("mlp")] == [
+        "mlp_infer_0: 12 storages, order from baseline, strategy search, alignment 64",
+        "mlp_train_0: 12 storages, order from baseline, strategy search, alignment 64"]
+
+
+def test_plot_of_a_folder_writes_one_png_per_graph_into_a_folder(tmp_path):
+    pytest.importorskip("matplotlib")
+    folder = graph_folder(tmp_path, "mlp_infer_0", "mlp_train_0")
+    out = tmp_path / "plots"
+    result = reorder("plot", folder, "--out", out)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"wrote {out / 'mlp_infer_0.png'}: peak 262144 -> 262144 (baseline), slab 262144 (order of baseline)",
+        f"wrote {out / 'mlp_train_0.png'}: peak 1572864 -> 1572864 (baseline), slab 1572864 (order of baseline)"]
+    assert sorted(p.name for p in out.iterdir()) == ["mlp_infer_0.png", "mlp_train_0.png"]
+
+
+def test_plot_of_a_folder_refuses_a_png_name(tmp_path):
+    folder = graph_folder(tmp_path, "mlp_infer_0", "mlp_train_0")
+    line = one_error_line(reorder("plot", folder, "--out", tmp_path / "x.png"))
+    assert line == (f"reorder: error: --out {tmp_path / 'x.png'}: {folder} is a folder of 2 graph files, so --out "
+                    f"must be a folder (one NAME.png per graph)")
+    assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize("command", ["estimate", "optimize", "plan", "plot", "pack"])
+def test_a_folder_without_inputs_is_one_line(tmp_path, command):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    what = "packing instances (*.csv)" if command == "pack" else "graph files (*.json)"
+    extra = ["--out", tmp_path / "plots"] if command == "plot" else []
+    assert one_error_line(reorder(command, empty, *extra)) == f"reorder: error: no {what} in {empty}"
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["plan", GRAPHS / "mlp_infer_0.json", "--alignment", "abc"],
+     "reorder: error: argument --alignment: invalid int value: 'abc' (see 'reorder plan --help')"),
+    (["plan", GRAPHS / "mlp_infer_0.json", "--seconds", "soon"],
+     "reorder: error: argument --seconds: invalid float value: 'soon' (see 'reorder plan --help')"),
+    (["pack", "x.csv", "--strategy", "magic"],
+     "reorder: error: argument --strategy: invalid choice: 'magic' (choose from 'naive', 'linear_scan', "
+     "'greedy_by_size', 'greedy_by_breadth', 'peak_stack', 'skyline', 'search') (see 'reorder pack --help')"),
+    (["plot", GRAPHS / "mlp_infer_0.json", "--out", "x.png", "--json"],
+     "reorder: error: unrecognized arguments: --json (see 'reorder --help')"),
+    ([], "reorder: error: the following arguments are required: command (see 'reorder --help')"),
+    (["pack", "x.csv", "--capacity", "4"], "reorder: error: --capacity needs --exact (got --capacity 4 without it)"),
+    (["pack", "x.csv", "--exact", "--capacity", "-5"],
+     "reorder: error: argument --capacity: expected a whole number of bytes >= 0, got '-5' (see 'reorder pack --help')"),
+    (["optimize", GRAPHS / "mlp_infer_0.json", "--methods", "magic"],
+     "reorder: error: --methods 'magic': unknown method 'magic'; known: baseline, bfs, dfs, exact, lpmf, optimal, "
+     "refine"),
+])
+def test_bad_options_are_one_line_naming_option_and_value(argv, line):
+    assert one_error_line(reorder(*argv)) == line
+
+
+#: Checked by the method registry (reorder.schedulers) and the planning options (reorder.planning), whose
+#: messages are theirs: the command line must print them as one line after the flag, exit 2.
+NEEDS_OPTION_CHECKS = pytest.mark.xfail(strict=True, reason="the check lives in PlanOptions / split_methods")
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["optimize", GRAPHS / "mlp_infer_0.json", "--methods", "exact:max_state=10"], ["--methods", "max_state"]),
+    pytest.param(["optimize", GRAPHS / "mlp_infer_0.json", "--methods", ""], ["--methods"],
+                 marks=NEEDS_OPTION_CHECKS),
+    pytest.param(["optimize", GRAPHS / "mlp_infer_0.json", "--methods", "exact:max_states=-1"],
+                 ["--methods", "max_states", "-1"], marks=NEEDS_OPTION_CHECKS),
+    pytest.param(["plan", GRAPHS / "mlp_infer_0.json", "--seconds", "-1"], ["seconds", "-1"],
+                 marks=NEEDS_OPTION_CHECKS),
+    pytest.param(["plan", GRAPHS / "mlp_infer_0.json", "--alignment", "3"], ["alignment", "3"],
+                 marks=NEEDS_OPTION_CHECKS),
+    pytest.param(["plan", GRAPHS / "mlp_infer_0.json", "--restarts", "-2"], ["restarts", "-2"],
+                 marks=NEEDS_OPTION_CHECKS),
+])
+def test_option_values_checked_by_the_library_are_one_line(argv, names):
+    line = one_error_line(reorder(*argv))
+    assert all(name in line for name in names), line
+
+
+def test_demo_progress_is_one_line_per_graph_when_piped(tmp_path):
+    pytest.importorskip("matplotlib")
+    folder = graph_folder(tmp_path, "mlp_infer_0", "mlp_train_0")
+    result = reorder("demo", folder, "--out", tmp_path / "out")
+    assert result.returncode == 0
+    assert result.stderr.splitlines() == ["[1/2] mlp_infer_0", "[2/2] mlp_train_0"] and "\r" not in result.stderr
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_rewrites_its_line_on_a_terminal_and_ends_it():
+    stream = Terminal()
+    with Progress(stream) as progress:
+        progress.show("[1/2] a_long_name")
+        progress.show("[2/2] b")
+    assert stream.getvalue() == "\r[1/2] a_long_name\r[2/2] b          \n"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Running a script as python would.
+
+
+def write_script(folder, body, helper=None):
+    folder.mkdir(exist_ok=True)
+    if helper is not None:
+        (folder / f"{helper}.py").write_text("VALUE = 42\n")
+    script = folder / "train.py"
+    script.write_text(textwrap.dedent(body))
+    return script
+
+
+def test_run_script_runs_it_as_python_would_and_restores_argv_and_path(tmp_path):
+    helper = f"helper_{tmp_path.name.replace('-', '_')}"
+    script = write_script(tmp_path / "project", f"""\
+        import json, sys
+        from {helper} import VALUE
+        assert __name__ == "__main__"
+        json.dump({{"value": VALUE, "file": __file__, "argv": sys.argv, "path0": sys.path[0]}},
+                  open(sys.argv[2], "w"))
+        """, helper)
+    argv, path, main_module = list(sys.argv), list(sys.path), sys.modules["__main__"]
+    seen = tmp_path / "seen.json"
+    try:
+        run_script(script, ["--flag", str(seen)])
+    finally:
+        sys.modules.pop(helper, None)
+    assert (sys.argv, sys.path, sys.modules["__main__"]) == (argv, path, main_module)
+    assert json.loads(seen.read_text()) == {"value": 42, "file": str(script), "argv": [str(script), "--flag", str(seen)],
+                                            "path0": str(script.parent)}
+
+
+def test_run_script_reports_the_scripts_exception_and_restores_argv_and_path(tmp_path):
+    script = write_script(tmp_path, "x = 1\nraise ValueError('bad input')\n")
+    argv, path = list(sys.argv), list(sys.path)
+    with pytest.raises(ScriptError) as caught:
+        run_script(script, ["--flag"])
+    assert str(caught.value) == f"{script} raised ValueError: bad input (line 2 of {script})"
+    assert (sys.argv, sys.path) == (argv, path)
+
+
+@pytest.mark.parametrize("code, message", [("sys.exit()", None), ("sys.exit(0)", None),
+                                           ("sys.exit(3)", "exited with status 3")])
+def test_run_script_treats_exit_zero_as_success(tmp_path, code, message):
+    script = write_script(tmp_path, f"import sys\n{code}\n")
+    if message is None:
+        run_script(script)
+    else:
+        with pytest.raises(ScriptError, match=message):
+            run_script(script)
+
+
+def test_capture_of_a_failing_script_is_one_line(tmp_path):
+    script = write_script(tmp_path / "project", "import torch\nfrom no_such_module_here import CNN\n")
+    line = one_error_line(reorder("capture", script, "--out", tmp_path / "graphs", cwd=tmp_path))
+    assert line == (f"reorder: error: {script} raised ModuleNotFoundError: No module named 'no_such_module_here' "
+                    f"(line 2 of {script})")
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="needs the session API: reorder.inductor.use(...) yielding a Session")
+def test_capture_runs_a_script_that_imports_from_its_folder(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "models.py").write_text(textwrap.dedent("""\
+        import torch
+
+        class MLP(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc1, self.fc2 = torch.nn.Linear(32, 64), torch.nn.Linear(64, 8)
+
+            def forward(self, x):
+                return self.fc2(torch.relu(self.fc1(x)))
+        """))
+    script = write_script(project, """\
+        import sys
+        import torch
+        from models import MLP
+
+        assert sys.argv[1:] == ["--epochs", "1"], sys.argv
+        model = torch.compile(MLP())
+        model(torch.randn(4, 32)).sum().backward()
+        """)
+    out = tmp_path / "graphs"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = reorder("capture", script, "--epochs", "1", "--out", out, cwd=elsewhere)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1].startswith(f"wrote 2 graphs and inductor-figures.json to {out} ")
+    assert len(list(out.glob("*.json"))) == 3

@@ -1,10 +1,12 @@
 """The real-memory meter: the allocator's own events, to the byte on programs whose allocations are known."""
 
+import os
+
 import pytest
 import torch
 
 from reorder import ReorderError
-from reorder.measure import measure
+from reorder.measure import measure, without_kineto_markers
 
 
 def test_peak_and_end_are_the_arithmetic_of_known_allocations():
@@ -72,6 +74,21 @@ def test_compiled_graph_calls_are_regions_of_their_own():
     assert sum(m.peak_composition.values()) == m.peak and m.peak_composition.get("compiled", 0) > 0
     assert m.end == 16 * 8 * 4  # the output, dropped after the measurement
     torch._dynamo.reset()
+
+
+def test_measure_prints_nothing(capfd):
+    """Kineto's USDT profiler_start/profiler_stop lines (written to descriptor 2 by C++) are dropped."""
+    measure(lambda: torch.empty(10), "cpu")
+    measure(lambda: torch.empty(10), "cpu")  # Kineto is initialised by then: its log level no longer matters
+    assert capfd.readouterr() == ("", "")
+
+
+def test_only_kineto_lines_are_dropped_from_stderr(capfd):
+    with without_kineto_markers():
+        os.write(2, b"USDT:2026-01-01 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start\nkept\n")
+        os.write(2, b"USDT: profiler_stop\nalso kept, no newline")
+    os.write(2, b"\nafter\n")
+    assert capfd.readouterr().err == "kept\nalso kept, no newline\nafter\n"
 
 
 def test_profilers_do_not_nest():

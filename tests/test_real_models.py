@@ -1,29 +1,130 @@
-"""The real-model benchmark's whole path on its smallest model: build, compile with and without the hook, meter, row."""
+"""The real-model benchmark: its report's cells from known cached rows, in both file formats, and its whole path."""
+
+import json
+from pathlib import Path
 
 import pytest
 
-pytest.importorskip("transformers")
+from benchmarks.real.report import (ESTIMATES, GUARD, PEAKS, SLAB, Summary, composition, markdown, summary,
+                                    write_summaries)
+from benchmarks.real.variants import HOOK, NO_LAYOUT_OPTIMIZATION, VARIANTS
+from benchmarks.variants import load_records
+from reorder.inductor.session import HookOptions
 
-from benchmarks.real.report import composition, summary  # noqa: E402
-from benchmarks.real.run import run_case  # noqa: E402
-from benchmarks.real.variants import VARIANTS  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+CACHED = ROOT / "benchmarks" / "real" / "results" / "bench"
+
+
+def cached(name: str) -> dict:
+    return json.loads((CACHED / f"{name}.json").read_text())
+
+
+def in_new_format(row: dict) -> dict:
+    """The row as a current run writes it: each variant's records as ``to_dict()`` under ``"records"``."""
+    variants = {}
+    for name, run in row["variants"].items():
+        kept = {k: v for k, v in run.items() if k not in ("graphs", "fusion_guard", "slab_plans")}
+        variants[name] = {**kept, "records": [r.to_dict() for r in load_records(run)]}
+    return json.loads(json.dumps({**row, "variants": variants}))
+
+
+def test_the_variants_are_the_columns_of_the_report():
+    assert [v.name for v in VARIANTS] == ["eager", "stock", "hook", "slab", "guard", "memory_planning"]
+    assert not VARIANTS[0].compiled and all(v.compiled for v in VARIANTS[1:])
+    assert HOOK.config == HookOptions(compare=True)  # the estimates table needs Inductor's figures
+    assert [v.config for v in VARIANTS[3:5]] == [HookOptions(slab=True), HookOptions(fusion_guard=True)]
+    assert [v.name for v in VARIANTS if not v.training] == ["memory_planning"]
+    assert VARIANTS[5].config == (("memory_planning", True),)
+    assert NO_LAYOUT_OPTIMIZATION.config == (("layout_optimization", False),)
+
+
+def test_report_cells_of_a_known_row():
+    s = summary(cached("AlbertForQuestionAnswering_train"))
+    assert markdown(PEAKS, [s])[2] == ("| AlbertForQuestionAnswering | train | 34.41 | 21.52 | 20.11 | 20.10 | 19.06 |  "
+                                       "| 0.934 | 0.934 | 0.886 | 1.0e-06 | 3.8e-02 |")
+    assert markdown(ESTIMATES, [s])[2] == ("| AlbertForQuestionAnswering | train | 2 | 28.34 | 24.79 | 23.38 | "
+                                           "23.38 (proven) | 21.52 | 0.031 | 24.07 / 35.31 / 14.15 / 17.82 | "
+                                           "110 / 134 | 0.85 | 7 | 0.527 |")
+    assert markdown(SLAB, [s])[2] == ("| AlbertForQuestionAnswering | train | 0.934 | 1.000 |  | 0.52 | 0.52 | "
+                                      "110 / 134 | -21.2 |")
+    assert markdown(GUARD, [s])[2] == ("| AlbertForQuestionAnswering | train | 7 | 13 | 23.38 -> 22.33 | "
+                                       "20.11 -> 19.06 | 0.049 / 0.0695 | 0.527 |")
+
+
+def test_table_header_and_alignment_come_from_the_columns():
+    header, alignment = markdown(SLAB, [])
+    assert header == ("| model | mode | slab/stock | slab/hook | pools/stock | largest pool MB | live-bytes bound MB | "
+                      "allocations stock / slab | compile added s |")
+    assert alignment == "|---|---|" + "---:|" * 7
+
+
+def test_both_file_formats_give_the_same_summary():
+    for name in ("AlbertForQuestionAnswering_train", "DebertaV2ForQuestionAnswering_infer", "GPT2LMHeadModel_train"):
+        old = cached(name)
+        new = in_new_format(old)
+        assert "graphs" not in new["variants"]["hook"] and new["variants"]["hook"]["records"]
+        assert summary(new) == summary(old)
+
+
+def test_summary_json_keeps_its_flat_columns(tmp_path):
+    rows = [summary(cached(n)) for n in ("AlbertForMaskedLM_infer", "AlbertForMaskedLM_train")]
+    write_summaries(tmp_path, rows)
+    written = json.loads((tmp_path / "summary.json").read_text())
+    published = json.loads((CACHED / "summary.json").read_text())[:2]
+    assert written == published
+    header = (tmp_path / "summary.csv").read_text().splitlines()[0].split(",")
+    assert header[:6] == ["model", "mode", "batch", "parameter_bytes", "input_bytes", "eager_real_peak"]
+    assert "memory_planning_real_peak" in header  # the inference row's variant, though training has none
+
+
+def test_a_summary_without_a_variant_leaves_its_cells_empty():
+    s = summary(cached("AlbertForMaskedLM_train"))
+    assert isinstance(s, Summary) and s.peak("memory_planning") is None and s.peak_ratio("memory_planning") is None
+    assert markdown(PEAKS, [s])[2].split(" | ")[7] == ""  # the pools column
+
+
+def test_composition_of_a_row_with_a_gap():
+    assert composition(cached("ViTForImageClassification_infer")) == [
+        "parameters and inputs (allocated before the step, not in the peak above it): 2.12 MB",
+        "live at the peak, allocated compiled: 1.88 MB",
+        "live at the peak, allocated compiled (operator temporaries): 0.03 MB",
+        "with layout_optimization=False the real peak is 1.90 MB (0.00 MB of channels-last copies and "
+        "layout-dependent buffers)",
+    ]
+
+
+def test_no_composition_where_the_estimate_meets_the_real_peak():
+    row = cached("AlbertForMaskedLM_infer")  # stock 20.74 MB, largest graph estimate 20.74 MB
+    assert composition(row) == []
+    assert composition(in_new_format(row)) == []
 
 
 @pytest.mark.slow
 def test_whole_path_on_the_smallest_model():
+    pytest.importorskip("transformers")
+    from benchmarks.real.report import GAP
+    from benchmarks.real.run import run_case
+
     variants = tuple(v for v in VARIANTS if v.name in ("eager", "stock", "hook"))
-    row = run_case("BertForMaskedLM", "bench", "train", variants)
+    row = json.loads(json.dumps(run_case("BertForMaskedLM", "bench", "train", variants)))
     s = summary(row)
     assert set(row["variants"]) == {"eager", "stock", "hook"}
     for name in ("eager", "hook"):  # same loss and gradients as stock, up to float reassociation
         assert row["difference_to_stock"][name] < 1e-4
     stock, hook = row["variants"]["stock"], row["variants"]["hook"]
     assert 0 < hook["real_peak"] <= stock["real_peak"]  # measured, same process, same inputs
-    assert s["graphs"] == 2 and s["fallbacks"] == 0  # the forward and the backward graph went through our pass
-    assert s["our_estimate"] <= s["inductor_best_estimate"] <= s["inductor_baseline_estimate"]
+    assert [r["kind"] for r in hook["records"]] == ["order", "order"]  # the forward and the backward graph
+    assert stock["records"] == [] and row["variants"]["eager"]["records"] == []
+    assert s.graphs == 2 and s.fallbacks == 0
+    assert s.our_estimate <= s.inductor_best_estimate <= s.inductor_baseline_estimate
     for record in (stock, hook):
         assert {"forward", "backward"} <= set(record["phases"])
         assert 0 < record["held_at_backward"] <= record["real_peak"]
         assert sum(record["peak_composition"].values()) == record["real_peak"]
         assert 0 < record["gradient_bytes"] <= row["parameter_bytes"]
-    assert composition(row) == [] or composition(row)[0].startswith("parameters and inputs")
+    parts = composition(row)
+    assert bool(parts) == (abs(stock["real_peak"] - s.inductor_best_estimate) > GAP * s.inductor_best_estimate)
+    if parts:
+        assert parts[0] == (f"parameters and inputs (allocated before the step, not in the peak above it): "
+                            f"{(row['parameter_bytes'] + row['input_bytes']) / 1e6:.2f} MB")
+        assert f"gradients: {stock['gradient_bytes'] / 1e6:.2f} MB" in parts

@@ -49,7 +49,7 @@ def test_new_inputs_and_output_structure():
     other = torch.randn_like(x)
     with torch.no_grad():
         assert torch.equal(run(other), model(other))
-    with pytest.raises(Exception, match="expected 1 inputs, got 2"):
+    with pytest.raises(ReorderError, match="expected 1 inputs, got 2"):
         run(x, x)
 
     class TwoHeads(nn.Module):
@@ -83,6 +83,25 @@ def test_calls_must_match_the_traced_inputs():
     model[0].weight.data = torch.randn(8, 3)
     with pytest.raises(ReorderError, match=r"parameter or buffer '0.weight' has shape \(8, 3\)"):
         run(x)
+
+
+def test_a_training_step_is_refused_at_trace_time():
+    """The slab program has no backward: tracing for training says so, instead of a bare autograd error later."""
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 4))
+    x = torch.randn(2, 4)
+    with pytest.raises(ReorderError, match=r"^slab_module runs the forward program only \(no backward\), but "
+                                           r"Sequential is in training mode and its parameter '0.weight' requires "
+                                           r"grad; .* reorder.inductor.use\(slab=True\)$"):
+        slab_module(model.train(), x)
+    with pytest.raises(ReorderError, match=r"but input #0 requires grad; for inference call module.eval\(\)"):
+        slab_module(model.eval(), x.clone().requires_grad_())
+    # Forward only is fine: in eval mode, under no_grad (dropout's training-mode draws), or with frozen parameters.
+    with torch.no_grad():
+        expected = model.train()(x)
+        assert torch.equal(slab_module(model, x)(x), expected)
+    model.requires_grad_(False)
+    assert torch.equal(slab_module(model, x)(x), expected)
+    assert torch.equal(slab_module(model.eval(), x)(x), expected)
 
 
 class TwoDropouts(nn.Module):
@@ -229,6 +248,6 @@ def test_random_programs_run_in_the_slab_like_eager(steps):
     run = slab_module(program, x, seconds=600, restarts=5, verify=True)
     for _ in range(2):
         got = run(x)
-        for g, e in zip(got, expected):
+        for g, e in zip(got, expected, strict=True):
             assert torch.equal(g, e)
     run.plan.validate()

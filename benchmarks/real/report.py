@@ -5,13 +5,24 @@ rows, and one plot per model (docs/img/real/<model>.png: real allocated bytes
 over one training step, stock against our hook, forward and backward marked).
 Every memory figure in it was measured by :func:`reorder.measure.measure`
 in the run that produced the row, all variants of a row in one process.
+
+Each cached row becomes one :class:`Summary` (the numbers of one model in one
+mode); each table of the report is a tuple of :class:`Column` values (a
+header, how to get the cell from a summary, how to write it) rendered by
+:func:`markdown`.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from reorder.inductor.session import FallbackRecord, GuardRecord, OrderRecord, Record, SlabRecord
+
+from ..variants import load_records
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GRAPHS = Path(__file__).resolve().parent / "graphs" / "bench"
@@ -26,6 +37,9 @@ PR_134874 = ("DebertaV2ForQuestionAnswering", "AlbertForMaskedLM", "AlbertForQue
 #: Variants that compile (their real peak is compared with stock's).
 COMPILED = ("hook", "slab", "guard", "memory_planning")
 
+#: Variants a summary keeps the figures of, in the order of the summary's columns.
+SUMMARIZED = ("eager", "stock", *COMPILED)
+
 #: Relative difference between the real peak and the largest graph estimate that asks for a decomposition.
 GAP = 0.05
 
@@ -38,33 +52,50 @@ def _sci(x: float | None) -> str:
     return "" if x is None else f"{x:.1e}"
 
 
-def _ratio(a: int | None, b: int | None) -> str:
-    return "" if a is None or not b else f"{a / b:.3f}"
+def _three(x: float | None) -> str:
+    return "" if x is None else f"{x:.3f}"
 
 
-def largest_estimate(graphs: list[dict], key: str) -> int | None:
-    """The largest per-graph estimate of a step: ``key`` is ``"ours"``, ``"inductor_best"`` or ``"inductor_baseline"``."""
+def _ratio(a: int | None, b: int | None) -> float | None:
+    return None if a is None or not b else a / b
+
+
+def _blank(x: Any) -> str:
+    return "" if x is None else str(x)
+
+
+def _slashed(values: tuple) -> str:
+    return " / ".join(str(v) for v in values)
+
+
+def _of(records: Sequence[Record], kind: type, stage: str | None = None) -> list:
+    return [r for r in records if isinstance(r, kind) and (stage is None or r.stage == stage)]
+
+
+def largest_estimate(records: Sequence[Record], key: str) -> int | None:
+    """The largest per-graph estimate of a step: ``key`` is ``"ours"``, ``"inductor_best"`` or ``"inductor_baseline"``.
+
+    Inductor's figures come from graphs compiled with ``compare`` (records without them are skipped).
+    """
     values = []
-    for g in graphs:
-        if "fallback" in g or "peak" not in g:
-            continue
+    for g in _of(records, OrderRecord):
         if key == "ours":
-            values.append(g["peak"])
-        elif "inductor" in g:
-            values.append(min(g["inductor"].values()) if key == "inductor_best" else g["inductor"]["baseline"])
+            values.append(g.peak)
+        elif g.inductor is not None:
+            values.append(min(g.inductor.values()) if key == "inductor_best" else g.inductor["baseline"])
     return max(values) if values else None
 
 
-def _optimum_of_largest(row: dict, graphs: list[dict]) -> str:
+def _optimum_of_largest(row: dict, graphs: Sequence[OrderRecord]) -> str:
     """The recorded optimum (``python -m benchmarks.optimum``) of the step's largest graph, as a table cell."""
     from reorder.optima import optimum_for
 
-    captured = [g for g in graphs if "captured" in g and "fallback" not in g]
+    captured = [g for g in graphs if g.captured is not None]
     if not captured:
         return ""
-    largest = max(captured, key=lambda g: g["peak"])
+    largest = max(captured, key=lambda g: g.peak)
     return _optimum_cell(optimum_for(GRAPHS.parent / row.get("size", "bench") / f"{row['model']}_{row['mode']}"
-                                     / Path(largest["captured"]).name))
+                                     / Path(largest.captured).name))
 
 
 def _optimum_cell(optimum) -> str:
@@ -72,47 +103,227 @@ def _optimum_cell(optimum) -> str:
     return optimum.column(_mb) if optimum else ""
 
 
-def summary(row: dict) -> dict:
-    """One flat record per (model, mode): the report's numbers."""
+@dataclass(frozen=True)
+class VariantFigures:
+    """One variant's measured step in one row: real peak, allocator calls, compile and step seconds."""
+
+    real_peak: int | None
+    allocations: int | None = None
+    compile_seconds: float | None = None
+    step_seconds: float | None = None
+
+    @classmethod
+    def of(cls, run: dict) -> VariantFigures:
+        return cls(run["real_peak"], run.get("allocations"), run["compile_seconds"], run["step_seconds"])
+
+
+_NOT_RUN = VariantFigures(None)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One (model, mode) row of the report: what was measured per variant and what the hook's records say.
+
+    Estimates are the largest graph's of the step (Inductor's live-bytes
+    model); ``graphs`` and ``fallbacks`` count the graphs that reached our
+    pass and those it left to Inductor; ``slab_*`` and ``guard_*`` come from
+    the slab and guard variants' records. Seconds are as measured; the
+    tables and :meth:`to_dict` round them.
+    """
+
+    model: str
+    mode: str
+    batch: int | None
+    parameter_bytes: int | None
+    input_bytes: int | None
+    variants: dict[str, VariantFigures]
+    graphs: int
+    inductor_baseline_estimate: int | None
+    inductor_best_estimate: int | None
+    our_estimate: int | None
+    optimum: str
+    our_pass_seconds: float | None
+    fallbacks: int = 0
+    slab_pool_bytes: int | None = None
+    slab_fallbacks: int = 0
+    slab_worst_ratio: float | None = None
+    slab_largest_pool_bytes: int | None = None
+    slab_bound_bytes: int | None = None
+    guard_blocked: int = 0
+    guard_avoided_by_reordering: int = 0
+    guard_estimate: int | None = None
+    guard_seconds: float = 0.0
+    max_difference_to_stock: float | None = None
+    eager_difference_to_stock: float | None = None
+
+    def run(self, variant: str) -> VariantFigures:
+        """The variant's figures (all None where it did not run in this row)."""
+        return self.variants.get(variant, _NOT_RUN)
+
+    def peak(self, variant: str) -> int | None:
+        return self.run(variant).real_peak
+
+    def peak_ratio(self, variant: str, reference: str = "stock") -> float | None:
+        return _ratio(self.peak(variant), self.peak(reference))
+
+    def to_dict(self) -> dict:
+        """The flat JSON object of ``summary.json`` and one line of ``summary.csv`` (seconds rounded)."""
+        out: dict = {"model": self.model, "mode": self.mode, "batch": self.batch,
+                     "parameter_bytes": self.parameter_bytes, "input_bytes": self.input_bytes}
+        for name, run in self.variants.items():
+            out[f"{name}_real_peak"] = run.real_peak
+            out[f"{name}_allocations"] = run.allocations
+            out[f"{name}_compile_seconds"] = round(run.compile_seconds, 2)
+            out[f"{name}_step_seconds"] = round(run.step_seconds, 4)
+        out.update(graphs=self.graphs, inductor_baseline_estimate=self.inductor_baseline_estimate,
+                   inductor_best_estimate=self.inductor_best_estimate, our_estimate=self.our_estimate,
+                   optimum=self.optimum, our_pass_seconds=round(self.our_pass_seconds, 3), fallbacks=self.fallbacks,
+                   slab_pool_bytes=self.slab_pool_bytes, slab_fallbacks=self.slab_fallbacks,
+                   slab_worst_ratio=self.slab_worst_ratio, slab_largest_pool_bytes=self.slab_largest_pool_bytes,
+                   slab_bound_bytes=self.slab_bound_bytes, guard_blocked=self.guard_blocked,
+                   guard_avoided_by_reordering=self.guard_avoided_by_reordering, guard_estimate=self.guard_estimate,
+                   guard_seconds=round(self.guard_seconds, 3), max_difference_to_stock=self.max_difference_to_stock,
+                   eager_difference_to_stock=self.eager_difference_to_stock)
+        return out
+
+
+def summary(row: dict) -> Summary:
+    """The report's numbers of one cached row (either format of records, :func:`~benchmarks.variants.load_records`)."""
     v = row["variants"]
-    hook_graphs = v.get("hook", {}).get("graphs", [])
-    out = {"model": row["model"], "mode": row["mode"], "batch": row["batch"],
-           "parameter_bytes": row["parameter_bytes"], "input_bytes": row["input_bytes"]}
-    for name in ("eager", "stock", *COMPILED):
-        if name in v:
-            out[f"{name}_real_peak"] = v[name]["real_peak"]
-            out[f"{name}_allocations"] = v[name].get("allocations")
-            out[f"{name}_compile_seconds"] = round(v[name]["compile_seconds"], 2)
-            out[f"{name}_step_seconds"] = round(v[name]["step_seconds"], 4)
-    out["graphs"] = len(hook_graphs)
-    out["inductor_baseline_estimate"] = largest_estimate(hook_graphs, "inductor_baseline")
-    out["inductor_best_estimate"] = largest_estimate(hook_graphs, "inductor_best")
-    out["our_estimate"] = largest_estimate(hook_graphs, "ours")
-    out["optimum"] = _optimum_of_largest(row, hook_graphs)
-    out["our_pass_seconds"] = round(sum(g.get("seconds", 0.0) for g in hook_graphs), 3)
-    out["fallbacks"] = sum("fallback" in g for g in hook_graphs)
-    plans = [p for p in v.get("slab", {}).get("slab_plans", []) if "fallback" not in p]
-    out["slab_pool_bytes"] = sum(p["pool_bytes"] for p in plans) if plans else None
-    out["slab_fallbacks"] = sum("fallback" in p for p in v.get("slab", {}).get("slab_plans", []))
-    out["slab_worst_ratio"] = max((p["worst_ratio"] for p in plans), default=None)
-    out["slab_largest_pool_bytes"] = max((max(p["pools"], default=0) for p in plans), default=None)
-    out["slab_bound_bytes"] = max((p["bound"] for p in plans), default=None)
-    guard = [g["fusion_guard"] for g in v.get("guard", {}).get("fusion_guard", [])]
-    out["guard_blocked"] = sum(len(g["blocked"]) for g in guard)
-    out["guard_avoided_by_reordering"] = sum(g.get("avoided_by_reordering", 0) for g in guard)
-    out["guard_estimate"] = largest_estimate(v.get("guard", {}).get("graphs", []), "ours")
-    out["guard_seconds"] = round(sum(g.get("seconds", 0.0) for g in guard), 3)
+    records = {name: load_records(run) for name, run in v.items()}
+    hook = records.get("hook", ())
+    hook_graphs = _of(hook, OrderRecord)
+    slab = records.get("slab", ())
+    plans = _of(slab, SlabRecord)
+    guard = _of(records.get("guard", ()), GuardRecord)
     diffs = row["difference_to_stock"]
-    out["max_difference_to_stock"] = max((d for v, d in diffs.items() if v in COMPILED and d is not None), default=None)
-    out["eager_difference_to_stock"] = diffs.get("eager")
-    return out
+    return Summary(
+        model=row["model"], mode=row["mode"], batch=row["batch"], parameter_bytes=row["parameter_bytes"],
+        input_bytes=row["input_bytes"], variants={n: VariantFigures.of(v[n]) for n in SUMMARIZED if n in v},
+        graphs=len(hook_graphs) + len(_of(hook, FallbackRecord, "order")),
+        inductor_baseline_estimate=largest_estimate(hook, "inductor_baseline"),
+        inductor_best_estimate=largest_estimate(hook, "inductor_best"),
+        our_estimate=largest_estimate(hook, "ours"),
+        optimum=_optimum_of_largest(row, hook_graphs),
+        our_pass_seconds=sum(g.seconds for g in hook_graphs),
+        fallbacks=len(_of(hook, FallbackRecord, "order")),
+        slab_pool_bytes=sum(p.pool_bytes for p in plans) if plans else None,
+        slab_fallbacks=len(_of(slab, FallbackRecord, "slab")),
+        slab_worst_ratio=max((p.worst_ratio for p in plans), default=None),
+        slab_largest_pool_bytes=max((max(p.pools, default=0) for p in plans), default=None),
+        slab_bound_bytes=max((p.bound for p in plans), default=None),
+        guard_blocked=sum(len(g.blocked) for g in guard),
+        guard_avoided_by_reordering=sum(g.avoided_by_reordering for g in guard),
+        guard_estimate=largest_estimate(records.get("guard", ()), "ours"),
+        guard_seconds=sum(g.seconds for g in guard),
+        max_difference_to_stock=max((d for name, d in diffs.items() if name in COMPILED and d is not None),
+                                    default=None),
+        eager_difference_to_stock=diffs.get("eager"))
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a report table: its header, the cell's value from a :class:`Summary`, how to write it,
+    and its Markdown alignment (``"---:"`` right, ``"---"`` left)."""
+
+    header: str
+    cell: Callable[[Summary], Any]
+    format: Callable[[Any], str] = str
+    align: str = "---:"
+
+
+def markdown(columns: Sequence[Column], rows: Sequence[Summary]) -> list[str]:
+    """A Markdown table: the header line, the alignment line, one line per row."""
+    lines = ["| " + " | ".join(c.header for c in columns) + " |", "|" + "|".join(c.align for c in columns) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(c.format(c.cell(row)) for c in columns) + " |")
+    return lines
+
+
+def _left(header: str, cell: Callable[[Summary], Any], format: Callable[[Any], str] = str) -> Column:
+    return Column(header, cell, format, "---")
+
+
+MODEL_MODE = (_left("model", lambda s: s.model), _left("mode", lambda s: s.mode))
+
+
+def _peak(variant: str, header: str | None = None) -> Column:
+    return Column(header or variant, lambda s: s.peak(variant), _mb)
+
+
+def _peak_ratio(variant: str, reference: str = "stock") -> Column:
+    return Column(f"{variant}/{reference}", lambda s: s.peak_ratio(variant, reference), _three)
+
+
+def _compile_shown(s: Summary, variant: str) -> float | None:
+    """A variant's compile seconds as the estimates table shows them (two decimals)."""
+    seconds = s.run(variant).compile_seconds
+    return None if seconds is None else round(seconds, 2)
+
+
+def _step_shown(s: Summary, variant: str) -> float | None:
+    seconds = s.run(variant).step_seconds
+    return None if seconds is None else round(seconds, 4)
+
+
+def _compile_added(s: Summary) -> float | str:
+    """Slab compile seconds minus hook compile seconds, as the two are shown."""
+    slab, hook = _compile_shown(s, "slab"), _compile_shown(s, "hook")
+    return "" if hook is None else round(slab - hook, 1)
+
+
+PEAKS = (*MODEL_MODE, _peak("eager"), _peak("stock"), _peak("hook"), _peak("slab"), _peak("guard"),
+         _peak("memory_planning", "pools"), _peak_ratio("hook"), _peak_ratio("slab"), _peak_ratio("guard"),
+         Column("ours vs stock", lambda s: s.max_difference_to_stock, _sci),
+         Column("eager vs stock", lambda s: s.eager_difference_to_stock, _sci))
+
+ESTIMATES = (*MODEL_MODE, Column("graphs", lambda s: s.graphs),
+             Column("Inductor baseline", lambda s: s.inductor_baseline_estimate, _mb),
+             Column("Inductor best", lambda s: s.inductor_best_estimate, _mb),
+             Column("ours", lambda s: s.our_estimate, _mb), Column("optimum", lambda s: s.optimum),
+             _peak("stock", "stock real"), Column("our pass s", lambda s: round(s.our_pass_seconds, 3)),
+             _left("compile s stock / hook / slab / guard",
+                   lambda s: tuple(_compile_shown(s, v) for v in ("stock", "hook", "slab", "guard")),
+                   lambda values: " / ".join(_blank(v) for v in values)),
+             _left("allocations stock / slab", lambda s: (s.run("stock").allocations, s.run("slab").allocations),
+                   _slashed),
+             Column("slab pool MB", lambda s: s.slab_pool_bytes, _mb), Column("guard blocked", lambda s: s.guard_blocked),
+             Column("guard s", lambda s: round(s.guard_seconds, 3)))
+
+SLAB = (*MODEL_MODE, _peak_ratio("slab"), _peak_ratio("slab", "hook"),
+        Column("pools/stock", lambda s: s.peak_ratio("memory_planning"), _three),
+        Column("largest pool MB", lambda s: s.slab_largest_pool_bytes, _mb),
+        Column("live-bytes bound MB", lambda s: s.slab_bound_bytes, _mb),
+        Column("allocations stock / slab", lambda s: (s.run("stock").allocations, s.run("slab").allocations), _slashed),
+        Column("compile added s", _compile_added))
+
+GUARD = (*MODEL_MODE, Column("blocked", lambda s: s.guard_blocked),
+         Column("avoided by reordering", lambda s: s.guard_avoided_by_reordering),
+         Column("estimate MB hook -> guard", lambda s: f"{_mb(s.our_estimate)} -> {_mb(s.guard_estimate)}"),
+         Column("real MB hook -> guard", lambda s: f"{_mb(s.peak('hook'))} -> {_mb(s.peak('guard'))}"),
+         Column("step s stock / guard", lambda s: (_step_shown(s, "stock"), _step_shown(s, "guard")), _slashed),
+         Column("guard s", lambda s: round(s.guard_seconds, 3)))
+
+PR_TABLE = (_left("model", lambda s: s.model), Column("batch", lambda s: s.batch),
+            _peak("stock", "peak baseline (MB)"), _peak("hook", "peak new (MB)"),
+            Column("ratio", lambda s: s.peak_ratio("hook"), _three))
+
+FULL_DEPTH = (*MODEL_MODE, Column("parameters MB", lambda s: s.parameter_bytes, _mb),
+              Column("graphs", lambda s: s.graphs),
+              Column("Inductor baseline", lambda s: s.inductor_baseline_estimate, _mb),
+              Column("Inductor best", lambda s: s.inductor_best_estimate, _mb),
+              Column("ours", lambda s: s.our_estimate, _mb), Column("optimum", lambda s: s.optimum),
+              Column("hook real peak", lambda s: s.peak("hook"), lambda n: "not measured" if n is None else _mb(n)),
+              Column("our pass s", lambda s: s.our_pass_seconds, lambda x: "" if x is None else f"{x:.2f}"),
+              Column("compile s", lambda s: s.run("hook").compile_seconds,
+                     lambda x: "" if x is None else f"{x:.0f}"))
 
 
 def composition(row: dict) -> list[str]:
     """Where stock's real peak and the largest graph estimate differ by more than :data:`GAP`: what the peak is made of."""
     v = row["variants"]
     stock = v.get("stock")
-    estimate = largest_estimate(v.get("hook", {}).get("graphs", []), "inductor_best")
+    estimate = largest_estimate(load_records(v["hook"]), "inductor_best") if "hook" in v else None
     if not stock or not estimate or abs(stock["real_peak"] - estimate) <= GAP * estimate:
         return []
     parts = [f"parameters and inputs (allocated before the step, not in the peak above it): "
@@ -144,7 +355,7 @@ def plot(row: dict, path: Path) -> bool:
     fig, ax = plt.subplots(figsize=(8, 3.2))
     for name, style in (("stock", "-"), ("hook", "--"), ("slab", ":")):
         if name in v and v[name].get("curve"):
-            t, live = zip(*v[name]["curve"])
+            t, live = zip(*v[name]["curve"], strict=True)
             ax.plot([x / (t[-1] or 1.0) for x in t], [y / 1e6 for y in live], style,
                     label=f"{name} (peak {_mb(v[name]['real_peak'])} MB)")
     stock_curve = v.get("stock", {}).get("curve") or [[1.0, 0]]
@@ -163,28 +374,24 @@ def plot(row: dict, path: Path) -> bool:
     return True
 
 
+def _rows(folder: Path) -> list[dict]:
+    """The cached rows of a results folder, by file name."""
+    if not folder.is_dir():
+        return []
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*_*.json")) if p.name != "summary.json"]
+
+
 def full_depth_section(folder: Path) -> list[str]:
     """The published full-depth configurations (``--size full --variants hook``): estimates and the hook's real peak."""
-    rows = [json.loads(p.read_text()) for p in sorted(folder.glob("*_*.json"))] if folder.is_dir() else []
+    rows = _rows(folder)
     if not rows:
         return []
     lines = ["## Full depth (the published configurations, batch 8)", "",
              "Compiled once with the hook (`python -m benchmarks.real --size full --variants hook`); per step, the "
-             "largest graph's estimates and the step's measured real peak under the hook.", "",
-             "| model | mode | parameters MB | graphs | Inductor baseline | Inductor best | ours | optimum | hook real peak | "
-             "our pass s | compile s |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for row in rows:
-        hook = row["variants"]["hook"]
-        graphs = hook["graphs"]
-        lines.append(f"| {row['model']} | {row['mode']} | {_mb(row['parameter_bytes'])} | {len(graphs)} | "
-                     f"{_mb(largest_estimate(graphs, 'inductor_baseline'))} | {_mb(largest_estimate(graphs, 'inductor_best'))} | "
-                     f"{_mb(largest_estimate(graphs, 'ours'))} | {_optimum_of_largest(row, graphs)} | {_mb(hook['real_peak'])} | "
-                     f"{sum(g.get('seconds', 0.0) for g in graphs):.2f} | {hook['compile_seconds']:.0f} |")
+             "largest graph's estimates and the step's measured real peak under the hook.", ""]
     measured = {f"{row['model']}_{row['mode']}" for row in rows}
     captured_only = [d for d in sorted(GRAPHS.parent.joinpath("full").glob("*_*")) if d.name not in measured]
-    for directory in captured_only:
-        lines.append(captured_row(directory))
+    lines += markdown(FULL_DEPTH, [summary(row) for row in rows] + [captured_summary(d) for d in captured_only])
     if captured_only:
         lines += ["", "Rows with no real peak were compiled and captured (graphs and Inductor's figures: "
                   "`python -m benchmarks.real --size full --modes train --models M --capture-only`, one step under "
@@ -193,43 +400,46 @@ def full_depth_section(folder: Path) -> list[str]:
     return lines + [""]
 
 
-def captured_row(directory: Path) -> str:
-    """A full-depth table row from a capture alone: Inductor's figures and our methods on the captured graphs."""
+def captured_summary(directory: Path) -> Summary:
+    """A full-depth row from a capture alone: Inductor's figures and our methods on the captured graphs, no run."""
     from reorder import load_graph
     from reorder.optima import optimum_for
     from reorder.schedulers import reorder_for_peak_memory
 
     figures = json.loads((directory / "inductor-figures.json").read_text())
-    baseline = max(f["peak"]["baseline"] for f in figures.values())
-    best = max(min(f["peak"].values()) for f in figures.values())
     ours, largest = max((reorder_for_peak_memory(load_graph(directory / f"{name}.json")).peak, name) for name in figures)
-    optimum = optimum_for(directory / f"{largest}.json")
     model, mode = directory.name.rsplit("_", 1)
-    return (f"| {model} | {mode} |  | {len(figures)} | {_mb(baseline)} | {_mb(best)} | {_mb(ours)} | "
-            f"{_optimum_cell(optimum)} | not measured |  |  |")
+    return Summary(model=model, mode=mode, batch=None, parameter_bytes=None, input_bytes=None, variants={},
+                   graphs=len(figures),
+                   inductor_baseline_estimate=max(f["peak"]["baseline"] for f in figures.values()),
+                   inductor_best_estimate=max(min(f["peak"].values()) for f in figures.values()),
+                   our_estimate=ours, optimum=_optimum_cell(optimum_for(directory / f"{largest}.json")),
+                   our_pass_seconds=None)
 
 
-def _section(title: str, text: str, columns: list[str], records: list[dict], cells) -> list[str]:
-    """A report section: a heading, its explanation and one table row per record (model, mode, then ``cells``)."""
-    lines = ["", f"## {title}", "", text, "", "| model | mode | " + " | ".join(columns) + " |",
-             "|---|---|" + "---:|" * len(columns)]
-    for r in records:
-        lines.append(f"| {r['model']} | {r['mode']} | " + " | ".join(str(c) for c in cells(r)) + " |")
-    return lines
+def _section(title: str, text: str, columns: Sequence[Column], rows: Sequence[Summary]) -> list[str]:
+    """A report section: a heading, its explanation and its table."""
+    return ["", f"## {title}", "", text, "", *markdown(columns, rows)]
+
+
+def write_summaries(folder: Path, records: Sequence[Summary]) -> None:
+    """``summary.json`` and ``summary.csv`` next to the rows (columns in the first row's order, then any others)."""
+    flat = [r.to_dict() for r in records]
+    with open(folder / "summary.csv", "w", newline="") as f:
+        fields = sorted({k for rec in flat for k in rec}, key=lambda k: list(flat[0]).index(k) if k in flat[0] else 99)
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(flat)
+    (folder / "summary.json").write_text(json.dumps(flat, indent=1) + "\n")
 
 
 def write_report(folder: Path) -> None:
-    rows = [json.loads(p.read_text()) for p in sorted(folder.glob("*_*.json")) if p.name != "summary.json"]
+    rows = _rows(folder)
     if not rows:
         print(f"no cached rows in {folder}")
         return
     records = [summary(r) for r in rows]
-    with open(folder / "summary.csv", "w", newline="") as f:
-        fields = sorted({k for rec in records for k in rec}, key=lambda k: list(records[0]).index(k) if k in records[0] else 99)
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(records)
-    (folder / "summary.json").write_text(json.dumps(records, indent=1) + "\n")
+    write_summaries(folder, records)
     lines = ["# Real models, real memory", "",
              "Generated by `python -m benchmarks.real` (bench size: a few layers and a small width, batch 8, "
              "sequence 128, 64×64 images; CPU). Every peak below is **measured**: the allocator's own events "
@@ -239,19 +449,9 @@ def write_report(folder: Path) -> None:
              "Variants: **eager**; **stock** `torch.compile`; **hook** `reorder.inductor.use()` (our order); "
              "**slab** `use(slab=True)` (our order and our pools); **guard** `use(fusion_guard=True)` (our order "
              "and our fusion guard); **pools** Inductor's own `config.memory_planning=True` (inference only).", "",
-             "## Real allocated peak (MB) per variant", "",
-             "| model | mode | eager | stock | hook | slab | guard | pools | hook/stock | slab/stock | guard/stock | ours vs stock | eager vs stock |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in records:
-        diff = r["max_difference_to_stock"]
-        lines.append(f"| {r['model']} | {r['mode']} | {_mb(r.get('eager_real_peak'))} | {_mb(r.get('stock_real_peak'))} | "
-                     f"{_mb(r.get('hook_real_peak'))} | {_mb(r.get('slab_real_peak'))} | {_mb(r.get('guard_real_peak'))} | "
-                     f"{_mb(r.get('memory_planning_real_peak'))} | {_ratio(r.get('hook_real_peak'), r.get('stock_real_peak'))} | "
-                     f"{_ratio(r.get('slab_real_peak'), r.get('stock_real_peak'))} | "
-                     f"{_ratio(r.get('guard_real_peak'), r.get('stock_real_peak'))} | "
-                     f"{_sci(diff)} | {_sci(r['eager_difference_to_stock'])} |")
-    above = [(r["model"], r["mode"], v) for r in records for v in COMPILED[:3]
-             if r.get(f"{v}_real_peak") is not None and r[f"{v}_real_peak"] > r["stock_real_peak"]]
+             "## Real allocated peak (MB) per variant", "", *markdown(PEAKS, records)]
+    above = [(r.model, r.mode, v) for r in records for v in COMPILED[:3]
+             if r.peak(v) is not None and r.peak(v) > r.peak("stock")]
     lines += ["", "Rows where a variant of ours allocates more than stock: "
               + (", ".join(f"{m} {mode} ({v})" for m, mode, v in above) if above else "none") + ".",
               "Ours vs stock: the largest absolute difference of any output or gradient under hook, slab, guard or "
@@ -262,59 +462,32 @@ def write_report(folder: Path) -> None:
               "of Inductor's methods, and ours; the optimum column is the proven minimum (or certified bound) of that graph, recorded by "
               "`python -m benchmarks.optimum benchmarks/real/graphs/bench/*`. "
               "Compile seconds are the first two calls minus two steady calls (a second call may still compile); step "
-              "seconds are the median of three later calls.", "",
-              "| model | mode | graphs | Inductor baseline | Inductor best | ours | optimum | stock real | our pass s | "
-              "compile s stock / hook / slab / guard | allocations stock / slab | slab pool MB | guard blocked | guard s |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|"]
-    for r in records:
-        lines.append(f"| {r['model']} | {r['mode']} | {r['graphs']} | {_mb(r['inductor_baseline_estimate'])} | "
-                     f"{_mb(r['inductor_best_estimate'])} | {_mb(r['our_estimate'])} | {r['optimum']} | {_mb(r.get('stock_real_peak'))} | "
-                     f"{r['our_pass_seconds']} | "
-                     + " / ".join(str(r.get(f"{v}_compile_seconds", "")) for v in ("stock", "hook", "slab", "guard"))
-                     + f" | {r.get('stock_allocations')} / {r.get('slab_allocations')} | {_mb(r['slab_pool_bytes'])} | "
-                     f"{r['guard_blocked']} | {r['guard_seconds']} |")
+              "seconds are the median of three later calls.", "", *markdown(ESTIMATES, records)]
     lines += _section(
         "Slab (`use(slab=True)`)",
         "Real peaks of the slab against stock, against our hook without pools, and Inductor's own pools against "
         "stock (inference only). Largest pool: the biggest pool of any graph (pools of a graph never coexist), "
         "against the largest live bytes of the buffers pooled (no layout of them is smaller). Allocations: "
         "allocator calls in one step. Compile added: slab compile seconds minus hook compile seconds.",
-        ["slab/stock", "slab/hook", "pools/stock", "largest pool MB", "live-bytes bound MB",
-         "allocations stock / slab", "compile added s"],
-        [r for r in records if r.get("slab_real_peak") is not None],
-        lambda r: [_ratio(r["slab_real_peak"], r["stock_real_peak"]), _ratio(r["slab_real_peak"], r.get("hook_real_peak")),
-                   _ratio(r.get("memory_planning_real_peak"), r["stock_real_peak"]), _mb(r["slab_largest_pool_bytes"]),
-                   _mb(r["slab_bound_bytes"]), f"{r.get('stock_allocations')} / {r.get('slab_allocations')}",
-                   (round(r["slab_compile_seconds"] - r["hook_compile_seconds"], 1)
-                    if r.get("hook_compile_seconds") is not None else "")])
+        SLAB, [r for r in records if r.peak("slab") is not None])
     lines += _section(
         "Fusion guard (`use(fusion_guard=True)`)",
         "Fusions blocked (a rise beyond the slack that survives reordering) and rises the reorder pass undoes "
         "(allowed); the largest graph estimate and the real peak with our hook alone and with the guard; step "
         "seconds of stock and of the guard, measured side by side in the same process (the median of three "
         "calls; this machine is shared, so ratios near 1 are noise); the guard's own seconds.",
-        ["blocked", "avoided by reordering", "estimate MB hook -> guard", "real MB hook -> guard",
-         "step s stock / guard", "guard s"],
-        [r for r in records if r.get("guard_real_peak") is not None],
-        lambda r: [r["guard_blocked"], r["guard_avoided_by_reordering"],
-                   f"{_mb(r['our_estimate'])} -> {_mb(r['guard_estimate'])}",
-                   f"{_mb(r.get('hook_real_peak'))} -> {_mb(r['guard_real_peak'])}",
-                   f"{r.get('stock_step_seconds')} / {r.get('guard_step_seconds')}", r["guard_seconds"]])
-    lines += ["", "## Beside PyTorch PR #134874", "",
-              "The PR's table form (model, batch, peak baseline, peak new, ratio), training step, here with stock "
-              "Inductor as the baseline and our hook as new, both measured.", "",
-              "| model | batch | peak baseline (MB) | peak new (MB) | ratio |", "|---|---:|---:|---:|---:|"]
-    for r in records:
-        if r["model"] in PR_134874 and r["mode"] == "train":
-            lines.append(f"| {r['model']} | {r['batch']} | {_mb(r['stock_real_peak'])} | {_mb(r.get('hook_real_peak'))} | "
-                         f"{_ratio(r.get('hook_real_peak'), r['stock_real_peak'])} |")
+        GUARD, [r for r in records if r.peak("guard") is not None])
+    lines += _section(
+        "Beside PyTorch PR #134874",
+        "The PR's table form (model, batch, peak baseline, peak new, ratio), training step, here with stock "
+        "Inductor as the baseline and our hook as new, both measured.",
+        PR_TABLE, [r for r in records if r.model in PR_134874 and r.mode == "train"])
     lines += ["", "## Where real memory and the estimate differ by more than 5%", ""]
-    for row in rows:
+    for row, s in zip(rows, records, strict=True):
         parts = composition(row)
         if parts:
-            s = summary(row)
-            lines.append(f"**{row['model']} {row['mode']}**: stock real peak {_mb(s['stock_real_peak'])} MB, largest "
-                         f"graph estimate {_mb(s['inductor_best_estimate'])} MB.")
+            lines.append(f"**{row['model']} {row['mode']}**: stock real peak {_mb(s.peak('stock'))} MB, largest "
+                         f"graph estimate {_mb(s.inductor_best_estimate)} MB.")
             lines += [f"- {p}" for p in parts]
             lines.append("")
     lines += full_depth_section(folder.parent / "full")

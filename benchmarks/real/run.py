@@ -7,7 +7,10 @@ gradients checked against stock; a second call gives the steady time
 :func:`reorder.measure.measure`. A training step is the compiled function
 (forward and loss), ``loss.backward()`` and ``SGD.step()`` (the optimizer
 is eager, outside the compiled function); gradients are set to None before
-each call, so what a step leaves allocated is its gradients.
+each call, so what a step leaves allocated is its gradients. Each variant's
+entry keeps the records of its first call's compiles (``"records"``: each
+record's ``to_dict()``; :func:`benchmarks.variants.load_records` reads them
+back, and the entries of rows cached before them).
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ from pathlib import Path
 
 import torch
 
+from reorder.inductor.session import OrderRecord
 from reorder.measure import measure
 
+from ..variants import load_records, records_json
 from .models import BATCH, build, parameter_bytes
 from .report import GAP, largest_estimate
-from .variants import NO_LAYOUT_OPTIMIZATION, VARIANTS, Variant
+from .variants import HOOK, NO_LAYOUT_OPTIMIZATION, VARIANTS, Variant
 
 __all__ = ["CURVE_POINTS", "capture_case", "run_case", "run_variant"]
 
@@ -65,15 +70,16 @@ def _thin(curve: tuple, points: int = CURVE_POINTS) -> list[list[float]]:
 
 def run_variant(base: torch.nn.Module, inputs: dict, mode: str, variant: Variant,
                 capture_dir: Path | None = None, steady_calls: int = STEADY_CALLS) -> tuple[dict, list[torch.Tensor]]:
-    """Compile (or not), check, time and measure one variant; returns its record and its outputs (+ gradients)."""
-    from reorder import inductor
-    from reorder.inductor import slab
+    """Compile (or not), check, time and measure one variant; returns its record and its outputs (+ gradients).
 
+    ``capture_dir`` (a hook variant only): the hook also writes each graph and Inductor's figures there.
+    The record keeps the records of the first call's compiles (``"records"``, each ``to_dict()``).
+    """
+    if capture_dir is not None:
+        variant = variant.with_hook(capture_dir=capture_dir)
     torch._dynamo.reset()
     model = copy.deepcopy(base)
-    fn = _step_function(model, mode)
-    if variant.compile_context is not None:
-        fn = torch.compile(fn)
+    fn = variant.compile(_step_function(model, mode))
     train = mode == "train"
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3) if train else None
 
@@ -86,16 +92,9 @@ def run_variant(base: torch.nn.Module, inputs: dict, mode: str, variant: Variant
         optimizer.step()
         return loss.detach()
 
-    first_report, first_plan = len(inductor.reports), len(slab.plans)
-    context = variant.compile_context() if variant.compile_context is not None else None
-    if capture_dir is not None:
-        context = inductor.use(compare=True, capture_dir=capture_dir)
     t0 = time.perf_counter()
-    if context is None:
+    with variant.enter(train) as session:
         outputs = step()
-    else:
-        with context:
-            outputs = step()
     first_seconds = time.perf_counter() - t0
     checked = [t.detach().clone() for t in _tensors(outputs)]
     if train:
@@ -122,7 +121,7 @@ def run_variant(base: torch.nn.Module, inputs: dict, mode: str, variant: Variant
     record = {
         "variant": variant.name,
         "compile_seconds": (max(0.0, first_seconds + second_seconds - 2 * steady_seconds)
-                            if variant.compile_context else 0.0),
+                            if variant.compiled else 0.0),
         "step_seconds": steady_seconds,
         "real_peak": m.peak,
         "allocations": m.allocations,
@@ -133,9 +132,7 @@ def run_variant(base: torch.nn.Module, inputs: dict, mode: str, variant: Variant
         "phases": {k: vars(r) for k, r in m.phases.items()},
         "compiled_calls": [vars(r) for r in m.compiled_calls],
         "curve": _thin(m.curve),
-        "graphs": [g for g in inductor.reports[first_report:] if "fusion_guard" not in g],
-        "fusion_guard": [g for g in inductor.reports[first_report:] if "fusion_guard" in g],
-        "slab_plans": slab.plans[first_plan:],
+        "records": records_json(session),
     }
     del model, fn, optimizer
     torch._dynamo.reset()
@@ -144,10 +141,10 @@ def run_variant(base: torch.nn.Module, inputs: dict, mode: str, variant: Variant
 
 def _difference(a: list[torch.Tensor], b: list[torch.Tensor]) -> float | None:
     """Largest absolute difference, relative to the largest magnitude (None: different structure)."""
-    if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
+    if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b, strict=True)):
         return None
     worst = 0.0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         if x.numel():
             scale = max(1e-6, float(y.abs().max()))
             worst = max(worst, float((x.float() - y.float()).abs().max()) / scale)
@@ -176,9 +173,9 @@ def run_case(name: str, size: str, mode: str, variants: tuple[Variant, ...] = VA
         for other, values in outputs.items():
             if other != "stock":
                 row["difference_to_stock"][other] = _difference(values, outputs["stock"])
-    graphs = row["variants"].get("hook", {}).get("graphs", [])
+    hook = row["variants"].get("hook")
     stock = row["variants"].get("stock")
-    estimate = largest_estimate(graphs, "inductor_best")
+    estimate = largest_estimate(load_records(hook), "inductor_best") if hook else None
     is_image = "pixel_values" in inputs
     if stock and estimate and abs(stock["real_peak"] - estimate) > GAP * estimate and is_image:
         rerun, _ = run_variant(base, inputs, mode, NO_LAYOUT_OPTIMIZATION)
@@ -187,27 +184,25 @@ def run_case(name: str, size: str, mode: str, variants: tuple[Variant, ...] = VA
     return row
 
 
-def capture_case(name: str, size: str, mode: str, capture_dir: Path) -> list[dict]:
+def capture_case(name: str, size: str, mode: str, capture_dir: Path) -> list[OrderRecord]:
     """Compile ``name`` once under the hook and run that one step: its graphs and Inductor's figures, nothing timed.
 
     The estimate level of a configuration whose steps take too long on this
     machine to time and meter: the first call compiles the forward (and, in
     training, ``loss.backward()`` the backward), and every graph is written to
-    ``capture_dir``. Returns the hook's report of each graph.
+    ``capture_dir``. Returns the hook's record of each graph.
     """
     from torch._inductor import config
-
-    from reorder import inductor
 
     config.force_disable_caches = True
     base, inputs = build(name, size, mode)
     torch._dynamo.reset()
-    fn = torch.compile(_step_function(base, mode))
-    first_report = len(inductor.reports)
-    with inductor.use(compare=True, capture_dir=capture_dir):
+    variant = HOOK.with_hook(capture_dir=capture_dir)
+    fn = variant.compile(_step_function(base, mode))
+    with variant.enter(mode == "train") as session:
         if mode == "train":
             fn(inputs).backward()
         else:
             with torch.no_grad():
                 fn(inputs)
-    return inductor.reports[first_report:]
+    return session.graphs

@@ -11,6 +11,9 @@ of the slab (``copy_outputs=True``, the default), because the next call
 reuses it.
 
 ``verify=True`` turns on the :class:`~reorder.runtime.verifier.LifecycleVerifier`.
+
+The program is the forward pass only, run under ``no_grad``: a trace for
+training is refused (:func:`refuse_training`).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from .capture import Captured, capture, check_call
 from .meter import AllocationMeter
 from .verifier import LifecycleVerifier
 
-__all__ = ["SlabModule", "slab_module", "out_variant"]
+__all__ = ["SlabModule", "refuse_training", "slab_module", "out_variant"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -188,6 +191,30 @@ class SlabModule:
         return tuple(produced) if len(targets) > 1 or isinstance(node.meta.get("val"), (tuple, list)) else produced[0]
 
 
+def refuse_training(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor]) -> None:
+    """Raise :class:`ReorderError` when the call is a training step: the slab program has no backward.
+
+    A trace is for training when autograd would record it: grad mode is on
+    and an input requires grad, or the module is in training mode with a
+    parameter that requires grad. The slab program runs under ``no_grad``
+    (its intermediates are views of one reused slab), so its results would
+    have no ``grad_fn`` and ``backward()`` would fail far from the cause.
+    """
+    if not torch.is_grad_enabled():
+        return
+    reason = next((f"input #{k} requires grad" for k, x in enumerate(example_inputs)
+                   if isinstance(x, torch.Tensor) and x.requires_grad), None)
+    if reason is None and module.training:
+        reason = next((f"{type(module).__name__} is in training mode and its parameter {name!r} requires grad"
+                       for name, p in module.named_parameters() if p.requires_grad), None)
+    if reason is not None:
+        raise ReorderError(
+            f"slab_module runs the forward program only (no backward), but {reason}; for inference call "
+            f"module.eval() or trace under torch.no_grad(); to train in a slab, compile the step under "
+            f"reorder.inductor.use(slab=True)"
+        )
+
+
 def slab_module(
     module: torch.nn.Module,
     *example_inputs: torch.Tensor,
@@ -208,7 +235,13 @@ def slab_module(
     ``methods`` are the reordering methods (default: all); each method's
     order is planned and the smallest slab kept; ``seconds`` and ``restarts``
     bound the slab search (see :func:`~reorder.planning.pack`).
+
+    The program runs forward only: tracing a training step (see
+    :func:`refuse_training`) raises :class:`~reorder.errors.ReorderError`;
+    ``reorder.inductor.use(slab=True)`` plans the slab of a compiled
+    training step, forward and backward.
     """
+    refuse_training(module, example_inputs)
     if device is None:
         device = example_inputs[0].device if example_inputs else torch.device("cpu")
     captured = capture(module, *example_inputs)

@@ -1,0 +1,178 @@
+"""Variants: how a benchmark compiles its workload, as values; and the records their compiles leave.
+
+A :class:`Variant` is one column of a benchmark (eager, stock ``torch.compile``,
+our hook with some :class:`~reorder.inductor.session.HookOptions`, stock with
+an Inductor config change, ...): its name, the factory of the context its
+compile runs in, and the config that factory takes. The real-model benchmark
+(:mod:`benchmarks.real`), the slab benchmark (:mod:`benchmarks.slab`), the
+fusion-guard benchmark (:mod:`benchmarks.fusion_guard`) and the compile-time
+benchmark (:mod:`benchmarks.compile_overhead`) all run the same values::
+
+    compiled = variant.compile(fn)              # torch.compile, or fn itself for eager
+    with variant.enter(training) as session:    # the hook's Session, or None without the hook
+        compiled(x)
+    result["records"] = records_json(session)   # every record's to_dict(), with its "kind"
+
+Results written before the hook had sessions hold the same facts under other
+keys; :func:`load_records` reads both shapes into the typed records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager, Iterator
+
+from reorder.inductor.session import (CacheHitRecord, FallbackRecord, GuardRecord, HookOptions, OrderRecord, Record,
+                                      Session, SlabRecord)
+
+__all__ = ["ContextFactory", "Variant", "eager", "hooked", "load_records", "record_from_dict", "records_json",
+           "stock"]
+
+#: ``factory(config, training)`` -> the context a variant's compile (its first call) runs in. What the context
+#: yields is what the compile recorded: the hook's :class:`Session`, or None where nothing records.
+ContextFactory = Callable[[Any, bool], ContextManager]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to run a workload, as a value.
+
+    name: the variant's key in results and its column in reports.
+    description: one line for a report's legend.
+    context: the :data:`ContextFactory` its compile runs in; None: eager (no ``torch.compile``).
+    config: what ``context`` is given: :class:`HookOptions` for the hook
+        (:func:`hooked`), a tuple of ``(name, value)`` Inductor config changes
+        for stock (:func:`stock`); each benchmark's own factories document theirs.
+    training: whether the variant applies to a training step.
+    """
+
+    name: str
+    description: str
+    context: ContextFactory | None
+    config: Any = None
+    training: bool = True
+
+    @property
+    def compiled(self) -> bool:
+        return self.context is not None
+
+    def compile(self, fn: Callable) -> Callable:
+        """``torch.compile(fn)``, or ``fn`` itself for eager (compiling is lazy: the first call compiles)."""
+        if not self.compiled:
+            return fn
+        import torch
+
+        return torch.compile(fn)
+
+    def enter(self, training: bool) -> ContextManager:
+        """The context the first call (the compile) runs in; it yields what the compile recorded (None for eager)."""
+        if self.context is None:
+            return contextlib.nullcontext()
+        return self.context(self.config, training)
+
+    def with_hook(self, **fields) -> Variant:
+        """This hook variant with some :class:`HookOptions` fields changed (say ``capture_dir``)."""
+        if not isinstance(self.config, HookOptions):
+            raise ValueError(f"variant {self.name!r}: with_hook needs a hook variant, its config is {self.config!r}")
+        return dataclasses.replace(self, config=dataclasses.replace(self.config, **fields))
+
+
+def hook_session(options: HookOptions, training: bool = False) -> ContextManager[Session]:
+    """``reorder.inductor.use(options)``: our hook installed for the block, yielding its :class:`Session`."""
+    from reorder import inductor
+
+    if hasattr(inductor, "reports"):
+        return _session_from_module_lists(options)
+    return inductor.use(options)
+
+
+@contextlib.contextmanager
+def _session_from_module_lists(options: HookOptions) -> Iterator[Session]:
+    """The same session built from a hook that still reports into module-level lists (the library before sessions)."""
+    from reorder import inductor
+    from reorder.inductor import slab
+
+    session = Session(options)
+    first_report, first_plan = len(inductor.reports), len(slab.plans)
+    try:
+        with inductor.use(**{f.name: getattr(options, f.name) for f in dataclasses.fields(options)}):
+            yield session
+    finally:
+        legacy = {"graphs": [r for r in inductor.reports[first_report:] if "fusion_guard" not in r],
+                  "fusion_guard": [r for r in inductor.reports[first_report:] if "fusion_guard" in r],
+                  "slab_plans": slab.plans[first_plan:]}
+        for record in load_records(legacy):
+            session.add(record)
+
+
+def _inductor_config(changes: tuple[tuple[str, Any], ...], training: bool = False) -> ContextManager[None]:
+    """Stock Inductor with ``changes`` to ``torch._inductor.config`` for the block (none: stock as configured)."""
+    if not changes:
+        return contextlib.nullcontext()
+    from torch._inductor import config
+
+    return config.patch(dict(changes))
+
+
+def eager(description: str = "no compile") -> Variant:
+    return Variant("eager", description, None)
+
+
+def stock(name: str = "stock", description: str = "torch.compile, Inductor as configured by default",
+          training: bool = True, **changes) -> Variant:
+    """Stock ``torch.compile``; ``changes`` to Inductor's config (say ``memory_planning=True``) for its compile."""
+    return Variant(name, description, _inductor_config, tuple(sorted(changes.items())), training)
+
+
+def hooked(name: str, description: str, training: bool = True, **fields) -> Variant:
+    """``torch.compile`` under ``reorder.inductor.use(HookOptions(**fields))``."""
+    return Variant(name, description, hook_session, HookOptions(**fields), training)
+
+
+def records_json(session: Session | None) -> list[dict]:
+    """What a result file keeps of a session: every record's ``to_dict()`` (none without the hook)."""
+    return session.to_json() if session is not None else []
+
+
+_KINDS: dict[str, type] = {cls.kind: cls for cls in (OrderRecord, SlabRecord, GuardRecord, FallbackRecord,
+                                                    CacheHitRecord)}
+
+
+def record_from_dict(data: dict) -> Record:
+    """The record a ``record.to_dict()`` (read back from JSON) came from."""
+    if data.get("kind") not in _KINDS:
+        raise ValueError(f"record kind {data.get('kind')!r}: expected one of {', '.join(_KINDS)}")
+    cls = _KINDS[data["kind"]]
+    fields = {k: v for k, v in data.items() if k != "kind"}
+    for f in dataclasses.fields(cls):
+        if str(f.type).startswith("tuple") and f.name in fields:
+            fields[f.name] = tuple(fields[f.name])  # JSON gave a list
+    return cls(**fields)
+
+
+def load_records(result: dict) -> tuple[Record, ...]:
+    """The records of one variant's result dict, whichever shape it was written in.
+
+    Current results hold ``"records"``: each record's ``to_dict()``. Results
+    written before sessions hold the hook's module-level entries instead:
+    ``"graphs"`` (the pass's report dicts, ``{"graph", "fallback"}`` where it
+    fell back), ``"fusion_guard"`` (``{"graph", "fusion_guard": {...}}``, with
+    ``"failed"`` inside where the guard turned itself off) and ``"slab_plans"``
+    (``"plans"`` in the slab benchmark's cache: pool dicts, or
+    ``{"graph", "fallback"}``). Those become the same records, graphs first,
+    then guards, then slabs.
+    """
+    if "records" in result:
+        return tuple(record_from_dict(d) for d in result["records"])
+    converted = []
+    for entry in result.get("graphs", []):
+        converted.append({"kind": FallbackRecord.kind, "graph": entry["graph"], "stage": "order",
+                          "reason": entry["fallback"]} if "fallback" in entry else {"kind": OrderRecord.kind, **entry})
+    for entry in result.get("fusion_guard", []):
+        converted.append({"kind": GuardRecord.kind, "graph": entry["graph"], **entry["fusion_guard"]})
+    for entry in result.get("slab_plans", result.get("plans", [])):
+        converted.append({"kind": FallbackRecord.kind, "graph": entry["graph"], "stage": "slab",
+                          "reason": entry["fallback"]} if "fallback" in entry else {"kind": SlabRecord.kind, **entry})
+    return tuple(record_from_dict(d) for d in converted)

@@ -1,0 +1,397 @@
+"""``reorder compare SCRIPT.py``: a person's own script under every variant, real memory side by side.
+
+Each variant runs the unmodified script once, in a fresh Python process
+(:func:`child_main`), with Inductor's caches off and the variant installed
+around every ``torch.compile`` the script makes, as ``reorder capture`` does
+(:func:`reorder.script.run_script`). The whole run is measured with
+:func:`reorder.measure.measure`: the allocator's own events on CPU, and on
+CUDA also ``max_memory_allocated``/``max_memory_reserved`` (and a memory
+snapshot for PyTorch's memory viewer where ``_record_memory_history``
+exists). Per variant: the real peak above the script's start, the last
+step's peak (from the start of the last compiled call made outside
+autograd's backward, the last step's compiled forward, to the end of the
+run, above the live bytes at its start: what ``python -m benchmarks.real``
+measures for one step), the compile and wall seconds, the graphs Inductor
+compiled and the hook's fallbacks.
+
+Curves of different runs are aligned by what they did, not by their own
+clocks (:func:`time_warp`): the starts and ends of the compiled calls are
+marks, and each run's time is mapped piecewise-linearly onto the reference
+run's marks, so a longer compile in one run never looks like memory saved.
+The child sets ``REORDER_VARIANT`` to the variant's name, so a script can
+tell which variant it runs under.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence, TextIO
+
+from .errors import ReorderError
+from .report import format_bytes, format_table
+
+__all__ = ["COMPARE_VARIANTS", "Comparison", "VariantRun", "compare", "plot_comparison", "time_warp"]
+
+#: Each variant's hook options (None: stock ``torch.compile``, nothing of ours installed).
+COMPARE_VARIANTS: dict[str, dict | None] = {
+    "stock": None,
+    "hook": {},
+    "slab": {"slab": True},
+    "guard": {"fusion_guard": True},
+}
+
+#: Points kept of each run's curve (the highest of each time bucket; the peak is always kept).
+CURVE_POINTS = 2000
+
+
+@dataclass(frozen=True)
+class VariantRun:
+    """One variant's run of the script. Bytes are real allocated bytes above the script's start.
+
+    ``error``: the script's (or the child's) error under this variant, None
+    when it ran through; ``marks``: times (s, the run's own clock) where
+    compiled calls started and ended, in order; ``curve``: ``(s, bytes)``;
+    ``cuda``: ``max_memory_allocated``/``max_memory_reserved`` above the start.
+    """
+
+    variant: str
+    error: str | None = None
+    peak: int | None = None
+    step_peak: int | None = None
+    compile_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    graphs: int = 0
+    fallbacks: tuple[str, ...] = ()
+    compiled_calls: int = 0
+    marks: tuple[float, ...] = ()
+    curve: tuple[tuple[float, int], ...] = ()
+    cuda: dict | None = None
+    snapshot: str | None = None
+    last_step_start: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Every variant's run of one script, the reference (stock when it ran) and the verdict."""
+
+    script: str
+    args: tuple[str, ...]
+    device: str
+    runs: tuple[VariantRun, ...]
+    reference: str | None
+    sentence: str
+    plot: str | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        for run, raw in zip(self.runs, data["runs"], strict=True):
+            raw["against_reference"] = self.against_reference(run)
+        return data
+
+    def run_of(self, variant: str) -> VariantRun | None:
+        return next((r for r in self.runs if r.variant == variant), None)
+
+    def against_reference(self, run: VariantRun) -> float | None:
+        """``run``'s real peak relative to the reference's (-0.1: 10% lower), None where either failed."""
+        ref = self.run_of(self.reference) if self.reference else None
+        if ref is None or not run.ok or not ref.peak:
+            return None
+        return run.peak / ref.peak - 1.0
+
+    def table(self) -> str:
+        cuda = self.device.startswith("cuda")
+        headers = ["variant", "real peak", f"against {self.reference or 'stock'}", "last step peak", "compile s",
+                   "run s", "graphs", "fallbacks"] + (["reserved peak"] if cuda else [])
+        rows = []
+        for r in self.runs:
+            if not r.ok:
+                rows.append([r.variant, "failed", "-", "-", "-", f"{r.wall_seconds:.1f}", "-", r.error]
+                            + (["-"] if cuda else []))
+                continue
+            against = self.against_reference(r)
+            rows.append([r.variant, format_bytes(r.peak), "-" if against is None else f"{against:+.1%}",
+                         format_bytes(r.step_peak) if r.step_peak is not None else "-", f"{r.compile_seconds:.1f}",
+                         f"{r.wall_seconds:.1f}", r.graphs, len(r.fallbacks)]
+                        + ([format_bytes(r.cuda["max_memory_reserved"]) if r.cuda else "-"] if cuda else []))
+        return format_table(headers, rows)
+
+
+def time_warp(marks: Sequence[float], reference: Sequence[float], end: float, reference_end: float
+              ) -> Callable[[float], float]:
+    """A map from one run's clock to the reference run's, through matching marks.
+
+    ``marks`` and ``reference`` are the times of the same events in the two
+    runs (the k-th compiled call's start and end, in order); the first
+    ``min(len)`` pairs are matched, together with both runs' starts (0) and
+    ends. Between matched marks time is interpolated linearly; the map is
+    monotone, so the order of events is kept.
+    """
+    k = min(len(marks), len(reference))
+    xs, ys = [0.0], [0.0]
+    for x, y in zip([*marks[:k], end], [*reference[:k], reference_end], strict=True):
+        if x >= xs[-1] and y >= ys[-1]:
+            xs.append(x)
+            ys.append(y)
+
+    def warp(t: float) -> float:
+        i = min(max(bisect.bisect_right(xs, t) - 1, 0), len(xs) - 2) if len(xs) > 1 else 0
+        if len(xs) == 1 or xs[i + 1] == xs[i]:
+            return ys[min(i, len(ys) - 1)]
+        return ys[i] + (t - xs[i]) * (ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i])
+
+    return warp
+
+
+def thin(curve: Sequence[tuple[float, int]], points: int = CURVE_POINTS) -> list[tuple[float, int]]:
+    """The curve's highest point in each of ``points`` equal time buckets (its peak is always kept)."""
+    if len(curve) <= points:
+        return [tuple(p) for p in curve]
+    end = curve[-1][0] or 1.0
+    buckets: dict[int, tuple[float, int]] = {}
+    for t, live in curve:
+        k = min(points - 1, int(t / end * points))
+        if k not in buckets or live > buckets[k][1]:
+            buckets[k] = (t, live)
+    return [buckets[k] for k in sorted(buckets)]
+
+
+def _step_peak(curve: Sequence[tuple[float, int]], start: float | None) -> int | None:
+    """Highest live bytes from ``start`` to the end, above the live bytes just before ``start``."""
+    if start is None:
+        return None
+    times = [t for t, _ in curve]
+    i = bisect.bisect_left(times, start)
+    before = curve[i - 1][1] if i else 0
+    return max([before, *(live for _, live in curve[i:])]) - before
+
+
+def _compile_seconds() -> float:
+    """Seconds Dynamo and Inductor spent compiling in this process (forward frames and lazy backward compiles)."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return sum(sum(compilation_time_metrics.get(key, ())) for key in ("_compile.compile_inner",
+                                                                        "compile_fx.<locals>.bw_compiler"))
+
+
+def _graphs_compiled() -> int:
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return len(compilation_time_metrics.get("compile_fx_inner", ()))
+
+
+def child_main(argv: Sequence[str] | None = None) -> int:
+    """One variant's run, in its own process: ``argv`` is the spec file and the result file (JSON)."""
+    import contextlib
+
+    import torch
+    from torch._inductor import config
+
+    from . import inductor
+    from .measure import measure
+    from .script import ScriptError, run_script
+
+    spec_path, out_path = argv if argv is not None else sys.argv[1:3]
+    spec = json.loads(Path(spec_path).read_text())
+    variant, device = spec["variant"], spec["device"]
+    os.environ["REORDER_VARIANT"] = variant
+    config.force_disable_caches = True
+    options = COMPARE_VARIANTS[variant]
+    context = contextlib.nullcontext() if options is None else inductor.use(**options)
+    snapshot = None
+    record_history = device == "cuda" and hasattr(torch.cuda.memory, "_record_memory_history")
+    if record_history:
+        torch.cuda.memory._record_memory_history(max_entries=100_000)
+    errors: list[str] = []
+
+    def script() -> None:
+        try:
+            run_script(spec["script"], spec["args"])
+        except ScriptError as exc:
+            errors.append(str(exc))
+
+    t0 = time.perf_counter()
+    with context as session:
+        m = measure(script, device)
+    wall = time.perf_counter() - t0
+    if record_history:
+        snapshot = str(Path(spec["out"]) / f"{variant}.pickle")
+        torch.cuda.memory._dump_snapshot(snapshot)
+        torch.cuda.memory._record_memory_history(enabled=None)
+    forward_calls = [c for c in m.compiled_calls if not c.name.endswith("(backward)")]
+    last = forward_calls[-1].start if forward_calls else None
+    marks = tuple(t for c in m.compiled_calls for t in (c.start, c.end))
+    fallbacks = tuple(f"{f.stage} in {f.graph}: {f.reason}" for f in session.fallbacks) if session else ()
+    run = VariantRun(variant, errors[0] if errors else None, m.peak, _step_peak(m.curve, last), _compile_seconds(),
+                     wall, _graphs_compiled(), fallbacks, len(m.compiled_calls), marks, tuple(thin(m.curve)),
+                     m.cuda, snapshot, last)
+    Path(out_path).write_text(json.dumps(asdict(run)))
+    return 0
+
+
+def _run_child(script: Path, args: Sequence[str], variant: str, device: str, out: Path,
+               progress: Callable[[str], None]) -> VariantRun:
+    """Run ``variant`` in a fresh process, reporting elapsed time; a crash of the child is the run's error."""
+    with tempfile.TemporaryDirectory() as tmp:
+        spec, result = Path(tmp) / "spec.json", Path(tmp) / "result.json"
+        spec.write_text(json.dumps({"script": str(script), "args": list(args), "variant": variant, "device": device,
+                                    "out": str(out)}))
+        command = [sys.executable, "-c", "import sys; from reorder.compare import child_main; "
+                   "sys.exit(child_main())", str(spec), str(result)]
+        log = Path(tmp) / "log.txt"
+        t0 = time.perf_counter()
+        with log.open("w") as sink:
+            child = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, cwd=os.getcwd())
+            while child.poll() is None:
+                progress(f"{variant}: running, {time.perf_counter() - t0:.0f} s")
+                time.sleep(1.0)
+        wall = time.perf_counter() - t0
+        if child.returncode != 0 or not result.exists():
+            lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+            reason = lines[-1] if lines else f"exit status {child.returncode}"
+            return VariantRun(variant, f"the run failed: {reason}", wall_seconds=wall)
+        data = json.loads(result.read_text())
+        data["fallbacks"] = tuple(data["fallbacks"])
+        data["marks"] = tuple(data["marks"])
+        data["curve"] = tuple(tuple(p) for p in data["curve"])
+        return VariantRun(**data)
+
+
+def _sentence(comparison_runs: Sequence[VariantRun], reference: str | None) -> str:
+    ref = next((r for r in comparison_runs if r.variant == reference), None)
+    if ref is None:
+        return "stock did not run through, so no variant can be compared with it."
+    others = [r for r in comparison_runs if r.ok and r.variant != reference]
+    best = min(others, key=lambda r: r.peak, default=None)
+    if best is None or best.peak >= ref.peak:
+        return (f"No variant beats {reference}: its real peak ({format_bytes(ref.peak)}) is the lowest"
+                + (f"; {best.variant} comes closest at {format_bytes(best.peak)}." if best else "."))
+    saved = ref.peak - best.peak
+    return (f"{best.variant} has the lowest real peak: {format_bytes(best.peak)} against {reference}'s "
+            f"{format_bytes(ref.peak)}, {format_bytes(saved)} ({saved / ref.peak:.1%}) less.")
+
+
+def compare(script: str | Path, args: Sequence[str] = (), variants: Sequence[str] = tuple(COMPARE_VARIANTS),
+            device: str = "cpu", out: str | Path = "compare-out", progress: TextIO | None = None) -> Comparison:
+    """Run ``script`` once per variant (each in a fresh process) and compare the real memory of the runs.
+
+    Raises :class:`~reorder.errors.ReorderError` for an unknown variant or
+    device, a missing script, or a script that compiles nothing under any
+    variant (there is then nothing to compare). A variant under which the
+    script fails is a run with its error, not a failure of the comparison.
+    """
+    script = Path(script)
+    if not script.is_file():
+        raise ReorderError(f"no such script: {script}")
+    unknown = [v for v in variants if v not in COMPARE_VARIANTS]
+    if unknown or not variants:
+        raise ReorderError(f"--variants {','.join(variants)!r}: known variants are {', '.join(COMPARE_VARIANTS)}")
+    if device not in ("cpu", "cuda"):
+        raise ReorderError(f"--device {device!r}: expected cpu or cuda")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ReorderError("--device cuda: no CUDA device is available here")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    stream = progress if progress is not None else sys.stderr
+    tty = stream.isatty()
+    runs = []
+    for k, variant in enumerate(variants, 1):
+        prefix = f"[{k}/{len(variants)}] "
+
+        def show(text: str, prefix: str = prefix) -> None:
+            if tty:
+                stream.write(f"\r\033[K{prefix}{text}")
+                stream.flush()
+
+        if not tty:
+            stream.write(f"{prefix}{variant}: running\n")
+            stream.flush()
+        run = _run_child(script, args, variant, device, out, show)
+        done = f"{prefix}{variant}: {'failed' if not run.ok else format_bytes(run.peak)} in {run.wall_seconds:.0f} s"
+        stream.write(("\r\033[K" if tty else "") + done + "\n")
+        stream.flush()
+        runs.append(run)
+    if not any(r.ok and r.graphs for r in runs):
+        failed = [r for r in runs if not r.ok]
+        if failed and len(failed) == len(runs):
+            raise ReorderError(f"{script} failed under every variant; {failed[0].variant}: {failed[0].error}")
+        raise ReorderError(f"{script} compiled nothing (does it call torch.compile and run the compiled function?)")
+    reference = "stock" if any(r.variant == "stock" and r.ok for r in runs) else None
+    comparison = Comparison(str(script), tuple(args), device, tuple(runs), reference, _sentence(runs, reference))
+    plot = plot_comparison(comparison, out / "compare.png")
+    comparison = Comparison(comparison.script, comparison.args, device, comparison.runs, reference,
+                            comparison.sentence, str(plot) if plot else None)
+    (out / "compare.json").write_text(json.dumps(comparison.to_json(), indent=1) + "\n")
+    return comparison
+
+
+def plot_comparison(comparison: Comparison, path: Path) -> Path | None:
+    """Real memory against the reference run's time, one line per variant; None without matplotlib.
+
+    Two panels: the whole run, and its last step (from the start of each
+    run's last compiled forward call), each aligned on the reference run's
+    compiled calls by :func:`time_warp`.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    runs = [r for r in comparison.runs if r.ok and r.curve]
+    if not runs:
+        return None
+    ref = comparison.run_of(comparison.reference) if comparison.reference else runs[0]
+    ref_end = ref.curve[-1][0] or 1.0
+    top = max(r.peak for r in runs)
+    scale, unit = (2**20, "MiB") if top >= 2**20 else (2**10, "KiB") if top >= 2**10 else (1, "bytes")
+    fig, (whole, step) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [3, 2]})
+    ref_step = ref.last_step_start
+    for r in runs:
+        warp = time_warp(r.marks, ref.marks, r.curve[-1][0], ref_end)
+        times = [warp(t) for t, _ in r.curve]
+        live = [b / scale for _, b in r.curve]
+        line, = whole.step(times, live, where="post", linewidth=1.2, label=f"{r.variant}: peak {r.peak / scale:.2f} {unit}")
+        if ref_step is not None and r.last_step_start is not None:
+            start = r.last_step_start
+            inside = [(t, b) for (t0, _), t, b in zip(r.curve, times, live, strict=True) if t0 >= start]
+            before = next((b for (t0, _), b in zip(reversed(r.curve), reversed(live)) if t0 < start), 0.0)
+            xs = [ref_step] + [t for t, _ in inside]
+            ys = [before] + [b for _, b in inside]
+            step.step(xs, ys, where="post", linewidth=1.2, color=line.get_color(),
+                      label=f"{r.variant}: {r.step_peak / scale:.2f} {unit} above the step's start")
+    whole.set_xlabel(f"seconds of {ref.variant}'s run (each run aligned at its compiled calls)")
+    whole.set_ylabel(f"real allocated memory above the script's start ({unit})")
+    whole.set_title("whole run")
+    step.set_xlabel(f"seconds of {ref.variant}'s run")
+    step.set_title("last step")
+    for ax in (whole, step):
+        ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0, top=top / scale * 1.08)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1 if ax is step else 2, fontsize=8,
+                  frameon=False)
+    if ref_step is not None:
+        step.set_xlim(ref_step, ref_end)
+    else:
+        step.set_visible(False)
+    fig.suptitle(f"{Path(comparison.script).name}: real memory per variant ({comparison.device})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,134 @@
+"""``reorder compare``: time alignment, argument splitting, verdicts, and whole runs of small scripts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from reorder.cli import COMPARE_OPTIONS
+from reorder.script import split_script_args
+from reorder.compare import VariantRun, _sentence, _step_peak, time_warp
+from reorder.errors import ReorderError
+
+from helpers import ROOT
+
+
+def test_time_warp_maps_marks_onto_the_reference_and_is_monotone():
+    warp = time_warp([1.0, 2.0, 5.0, 6.0], [2.0, 3.0, 4.0, 8.0], end=10.0, reference_end=12.0)
+    assert [warp(t) for t in (0.0, 1.0, 2.0, 5.0, 6.0, 10.0)] == [0.0, 2.0, 3.0, 4.0, 8.0, 12.0]
+    assert warp(1.5) == pytest.approx(2.5)  # linear between matched marks
+    samples = [warp(t / 10) for t in range(0, 101)]
+    assert samples == sorted(samples)
+
+
+def test_time_warp_matches_only_the_marks_both_runs_have():
+    warp = time_warp([1.0, 2.0, 3.0], [10.0], end=4.0, reference_end=20.0)
+    assert warp(1.0) == 10.0
+    assert warp(4.0) == 20.0
+    assert warp(2.5) == pytest.approx(10.0 + 1.5 / 3.0 * 10.0)
+
+
+def test_split_script_args_takes_our_options_and_leaves_the_script_its_own():
+    ours, script = split_script_args(["--epochs", "2", "--out", "d", "--json", "--variants=stock,slab", "--",
+                                      "--out", "x"], COMPARE_OPTIONS)
+    assert ours == {"--out": "d", "--json": True, "--variants": "stock,slab"}
+    assert script == ["--epochs", "2", "--out", "x"]
+    with pytest.raises(ReorderError, match="--device needs a value"):
+        split_script_args(["--device"], COMPARE_OPTIONS)
+
+
+def test_step_peak_is_measured_above_the_live_bytes_where_the_step_starts():
+    curve = [(0.0, 100), (1.0, 300), (2.0, 150), (3.0, 400), (4.0, 160)]
+    assert _step_peak(curve, 2.5) == 400 - 150
+    assert _step_peak(curve, 0.0) == 400
+    assert _step_peak(curve, None) is None
+
+
+def test_sentence_names_the_lowest_variant_or_says_none_beats_stock():
+    stock, slab = VariantRun("stock", peak=1000), VariantRun("slab", peak=900)
+    failed = VariantRun("guard", error="boom")
+    assert _sentence([stock, slab, failed], "stock") == (
+        "slab has the lowest real peak: 900 B against stock's 1000 B, 100 B (10.0%) less.")
+    higher = VariantRun("hook", peak=1200)
+    assert _sentence([stock, higher], "stock") == (
+        "No variant beats stock: its real peak (1000 B) is the lowest; hook comes closest at 1.17 KiB.")
+
+
+def _reorder(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "reorder", *args], capture_output=True, text=True, cwd=cwd,
+                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_a_script_that_compiles_nothing_is_one_line_and_exit_2(tmp_path):
+    script = tmp_path / "plain.py"
+    script.write_text("import torch\nprint(torch.ones(3).sum())\n")
+    done = _reorder("compare", str(script), "--variants", "stock", "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"reorder: error: {script} compiled nothing (does it call torch.compile and run the compiled function?)")
+
+
+def test_unknown_variant_is_one_line_and_exit_2(tmp_path):
+    script = tmp_path / "plain.py"
+    script.write_text("pass\n")
+    done = _reorder("compare", str(script), "--variants", "stock,fast", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "reorder: error: --variants 'stock,fast': known variants are stock, hook, slab, guard"
+
+
+TRAINING_SCRIPT = textwrap.dedent('''
+    import os
+    import sys
+
+    import torch
+
+    from helper_model import make_model  # a module beside the script, as `python train.py` finds it
+
+    if os.environ.get("REORDER_VARIANT") == "guard":
+        raise RuntimeError("this script refuses the guard")
+    steps = int(sys.argv[1])
+    torch.manual_seed(0)
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    body = torch.compile(model)
+    loss_of = torch.compile(lambda y: (y * y).mean())
+    x = torch.randn(64, 256)
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        loss_of(body(x)).backward()
+        optimizer.step()
+''')
+
+
+@pytest.mark.slow
+def test_compare_runs_every_variant_in_its_own_process_and_reports_failures_as_rows(tmp_path):
+    (tmp_path / "helper_model.py").write_text(
+        "import torch\n\ndef make_model():\n    return torch.nn.Sequential(torch.nn.Linear(256, 512), "
+        "torch.nn.ReLU(), torch.nn.Linear(512, 256))\n")
+    (tmp_path / "train.py").write_text(TRAINING_SCRIPT)
+    out = tmp_path / "out"
+    done = _reorder("compare", "train.py", "2", "--variants", "stock,slab,guard", "--out", str(out), "--json",
+                    cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    runs = {r["variant"]: r for r in data["runs"]}
+    assert list(runs) == ["stock", "slab", "guard"]
+    assert data["reference"] == "stock"
+    assert runs["guard"]["error"].startswith("train.py raised RuntimeError: this script refuses the guard (line 10 of ")
+    for name in ("stock", "slab"):
+        run = runs[name]
+        assert run["error"] is None
+        assert run["graphs"] >= 3  # the body's forward and backward, and the loss's (forward and backward)
+        assert run["compiled_calls"] >= 4 * 2  # two steps, each two compiled functions, forward and backward
+        assert run["peak"] >= 2 * 256 * 512 * 4  # the first layer's weight gradient, at least, is allocated
+        assert 0 < run["step_peak"] <= run["peak"]
+        assert max(b for _, b in run["curve"]) == run["peak"]
+        assert len(run["marks"]) == 2 * run["compiled_calls"]
+    assert runs["slab"]["against_reference"] == pytest.approx(runs["slab"]["peak"] / runs["stock"]["peak"] - 1)
+    assert data["sentence"] == _sentence([VariantRun(n, r["error"], r["peak"]) for n, r in runs.items()], "stock")
+    assert (out / "compare.png").stat().st_size > 10_000
+    assert json.loads((out / "compare.json").read_text())["runs"][0]["variant"] == "stock"
