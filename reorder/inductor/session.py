@@ -164,8 +164,8 @@ class OrderRecord:
     every order (for a training forward, its outputs and the tensors it saves
     for the backward, which stay live until the backward frees them): the
     part of the estimate no order can lower, and what the step holds next to
-    the following graph. ``inductor`` (with ``compare``): Inductor's own
-    peaks by method.
+    the following graph (None in records written before it was kept).
+    ``inductor`` (with ``compare``): Inductor's own peaks by method.
 
     These are per-graph estimates: a lower ``peak`` lowers a step's real peak
     only where this graph's peak is the step's; :func:`reorder.measure.measure`
@@ -181,8 +181,8 @@ class OrderRecord:
     optimal: bool
     seconds: float
     estimate_of_incoming_order: int
-    held_at_end: int
     notes: dict[str, str] = field(default_factory=dict)
+    held_at_end: int | None = None
     peak_tangents_freed: int | None = None
     peak_tangents_freed_of_stock_order: int | None = None
     inductor: dict[str, int] | None = None
@@ -395,7 +395,8 @@ class Session:
         rows = []
         for r in graphs:
             row = [r.graph, r.nodes, format_bytes(r.inductor_best), format_bytes(r.peak),
-                   f"{(r.peak - r.inductor_best) / max(r.inductor_best, 1):+.2%}", format_bytes(r.held_at_end),
+                   f"{(r.peak - r.inductor_best) / max(r.inductor_best, 1):+.2%}",
+                   "-" if r.held_at_end is None else format_bytes(r.held_at_end),
                    "yes" if r.optimal else f"gap {(r.peak - r.lower_bound) / max(r.lower_bound, 1):.2%}", r.method]
             if slabs:
                 slab = slabs.get(r.graph)
