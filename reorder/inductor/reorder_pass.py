@@ -16,7 +16,7 @@ in the chosen order. Its promises to the user whose compile it runs in:
 * **Cheap by default.** Our LPMF/BFS/DFS ports give Inductor's orders node
   for node, so Inductor's own (quadratic) LPMF is not rerun. With
   ``compare=True`` Inductor's three methods run on the real nodes too, their
-  figures go into the report, and their orders join our candidates, so
+  figures go into the record, and their orders join our candidates, so
   "never worse than Inductor" holds by construction.
 """
 
