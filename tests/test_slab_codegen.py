@@ -86,13 +86,13 @@ def test_the_slab_option_is_in_the_uuid_and_uninstall_restores_the_wrapper_pass(
 
     original = vars(PythonWrapperCodegen)["run_wrapper_ir_passes"]
     before = config._post_fusion_custom_pass
-    with hook.use() as plain:
-        plain_uuid = plain.uuid()
-    with hook.use(slab=True) as pooled:
+    with hook.use():
+        plain_uuid = config._post_fusion_custom_pass.uuid()
+    with hook.use(slab=True):
         assert vars(PythonWrapperCodegen)["run_wrapper_ir_passes"] is not original
-        with hook.use(slab=True, poison=True) as checked:
-            checked_uuid = checked.uuid()
-        pooled_uuid = pooled.uuid()
+        pooled_uuid = config._post_fusion_custom_pass.uuid()
+        with hook.use(slab=True, poison=True):
+            checked_uuid = config._post_fusion_custom_pass.uuid()
     assert len({plain_uuid, pooled_uuid, checked_uuid}) == 3
     assert vars(PythonWrapperCodegen)["run_wrapper_ir_passes"] is original
     assert config._post_fusion_custom_pass is before
