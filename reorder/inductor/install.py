@@ -77,8 +77,9 @@ def install(options: HookOptions | None = None, **fields) -> Session:
                            f"the guard would replace them")
     session = Session(options)
     session.note_cache_hits(fx_graph_cache_hits())
+    runs_inductors = bool(saved["reorder_for_peak_memory"])
     reorder_pass = ReorderPass(session, previous=saved["_post_fusion_custom_pass"],
-                               inductor_fallback=bool(saved["reorder_for_peak_memory"]) and not options.keep_inductor_pass)
+                               inductor_fallback=runs_inductors and not options.keep_inductor_pass)
     codegen = install_codegen(SlabOptions(poison=options.poison)) if options.slab else None
     _installed.set((*_installed.get(), _Installation(session, saved, codegen)))
     config._post_fusion_custom_pass = reorder_pass
