@@ -14,7 +14,6 @@ from helpers import FIGURES, GRAPHS
 
 from reorder.cli import COMMANDS, build_parser, main
 from reorder.script import ScriptError, run_script
-from reorder.errors import ReorderError
 from reorder.report import Progress
 
 
@@ -311,7 +310,6 @@ def test_capture_of_a_failing_script_is_one_line(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="needs the session API: reorder.inductor.use(...) yielding a Session")
 def test_capture_runs_a_script_that_imports_from_its_folder(tmp_path):
     project = tmp_path / "project"
     project.mkdir()

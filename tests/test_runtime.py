@@ -176,7 +176,7 @@ def test_verifier_catches_a_plan_that_shares_live_bytes():
     with pytest.raises(PlanError) as err:
         run(*inputs)
     message = str(err.value)
-    assert f"overwrote at step" in message and repr(plan.names[j]) in message
+    assert "overwrote at step" in message and repr(plan.names[j]) in message
     assert "reads buffer" in message and message.startswith("node '")
 
 

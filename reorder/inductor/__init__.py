@@ -1,10 +1,12 @@
 """Inductor integration: the only package that touches Inductor's internals, one module per concern.
 
+* :mod:`~reorder.inductor.session`: :class:`HookOptions` (what the hook is asked for) and
+  :class:`Session` with its typed records (what its compiles did).
+* :mod:`~reorder.inductor.install`: :func:`use`, :func:`install`, :func:`uninstall`.
 * :mod:`~reorder.inductor.adapter`: scheduler nodes -> our :class:`~reorder.graph.Graph`.
-* :mod:`~reorder.inductor.reorder_pass`: the post-fusion pass (:class:`ReorderPass`) and its :data:`reports`.
+* :mod:`~reorder.inductor.reorder_pass`: the post-fusion pass (:class:`ReorderPass`).
 * :mod:`~reorder.inductor.fusion_guard`: :class:`FusionGuard`, the ``InductorChoices`` that blocks
   fusions raising the peak (``use(fusion_guard=True)``).
-* :mod:`~reorder.inductor.install`: :func:`use`, :func:`install`, :func:`uninstall`.
 * :mod:`~reorder.inductor.figures`: Inductor's own figures (torch's ``memory.py`` on our graphs or on real nodes).
 * :mod:`~reorder.inductor.capture`: writing compiled graphs and Inductor's figures to files.
 * :mod:`~reorder.inductor.slab`: ``use(slab=True)``, the wrapper's buffers in pools at our offsets;
@@ -12,15 +14,17 @@
 
 Typical use::
 
-    with reorder.inductor.use():
+    with reorder.inductor.use() as session:
         compiled = torch.compile(model)
         compiled(x).sum().backward()
-    print(reorder.inductor.reports)
+    print(session.summary())
 """
 
 from .adapter import graph_from_scheduler
 from .fusion_guard import FusionGuard
 from .install import install, uninstall, use
-from .reorder_pass import ReorderPass, reports
+from .reorder_pass import ReorderPass
+from .session import CacheHitRecord, FallbackRecord, GuardRecord, HookOptions, OrderRecord, Session, SlabRecord
 
-__all__ = ["FusionGuard", "ReorderPass", "graph_from_scheduler", "install", "reports", "uninstall", "use"]
+__all__ = ["CacheHitRecord", "FallbackRecord", "FusionGuard", "GuardRecord", "HookOptions", "OrderRecord",
+           "ReorderPass", "Session", "SlabRecord", "graph_from_scheduler", "install", "uninstall", "use"]

@@ -20,7 +20,25 @@ from dataclasses import dataclass
 
 from ..graph import BufferSpec, Graph, InputSpec, NodeSpec, build_graph
 
-__all__ = ["SchedulerState", "freed_tangents", "graph_from_scheduler", "scheduler_state"]
+__all__ = ["SchedulerState", "freed_tangents", "fx_graph_cache_hits", "graph_being_compiled", "graph_from_scheduler",
+           "scheduler_state"]
+
+
+def graph_being_compiled() -> str:
+    """The name AOTAutograd gives the graph being compiled (``model__0_forward_1``), or ``"graph"``."""
+    try:
+        from functorch.compile import get_graph_being_compiled
+
+        return get_graph_being_compiled()
+    except Exception:  # noqa: BLE001 - a name is a nicety
+        return "graph"
+
+
+def fx_graph_cache_hits() -> int:
+    """Inductor's running count of FX graph cache hits in this process (each hit skips every scheduler pass)."""
+    from torch._dynamo.utils import counters
+
+    return counters["inductor"]["fxgraph_cache_hit"]
 
 
 @dataclass

@@ -30,16 +30,24 @@ reorder pass runs after fusion and may find an order of the fused list that
 avoids it (:func:`reorder.fusion.reordered_fusion_peak`: our methods on the
 fused list against their peak on the current one, computed once per list).
 Only a rise that survives reordering is blocked; the others are counted in
-the report as ``avoided_by_reordering``, since blocking them would cost a
+the record as ``avoided_by_reordering``, since blocking them would cost a
 kernel for no memory.
 
 Promises: **never fail the compile** (any error in the guard allows the
 fusion, as stock would, with one WARNING on the ``reorder`` logger per
 guard); **deterministic** (the work is a count: window steps and rebuilt
 nodes; past ``max_work`` per graph the guard allows everything and says so
-in the report). Each graph gets one entry in
-:data:`~reorder.inductor.reorder_pass.reports` with key ``fusion_guard``;
-each blocked fusion is logged at DEBUG.
+in the record). Every graph compiled under the guard adds one
+:class:`~reorder.inductor.session.GuardRecord` to the guard's session, also
+a graph where Inductor asked about no fusion (``checks=0``): the reorder
+pass, which runs once fusion is done, closes it (:func:`finish_guard`).
+Each blocked fusion is logged at DEBUG.
+
+Inductor builds its choices object from ``config.inductor_choices_class``
+(:func:`choices_factory`: a new guard each time, one per thread, since
+Inductor keeps one per thread) and deep-copies and pickles its
+configuration; the guard therefore holds its session's token, never the
+session.
 """
 
 from __future__ import annotations
@@ -49,15 +57,19 @@ import logging
 import time
 import weakref
 
+from ..errors import ReorderError
 from ..fusion import (CONFIRM_METHODS, PeakProfile, fused_graph, fusion_peak, ranked_order, reordered_fusion_peak,
                       should_block)
 from ..schedulers import reorder_for_peak_memory
-from .adapter import graph_from_scheduler
-from .reorder_pass import graph_being_compiled, reports, source_hash
+from .adapter import graph_being_compiled, graph_from_scheduler
+from .session import GuardRecord, Session, source_hash
 
-__all__ = ["FusionGuard", "choices_factory", "forget_cached_choices", "users_choices_handler"]
+__all__ = ["FusionGuard", "choices_factory", "finish_guard", "forget_cached_choices", "users_choices_handler"]
 
 log = logging.getLogger("reorder")
+
+#: The guard's default effort per graph (window steps and rebuilt nodes).
+MAX_WORK = 2_000_000
 
 
 def _inductor_choices_base():
@@ -72,9 +84,14 @@ class _SchedulerView:
     def __init__(self, scheduler):
         self.scheduler = weakref.ref(scheduler)
         self.graph_name = graph_being_compiled()
-        self.report = {"checks": 0, "blocked": [], "avoided_by_reordering": 0, "work": 0,
-                       "budget_exhausted": False, "rebuilds": 0, "seconds": 0.0}
-        reports.append({"graph": self.graph_name, "fusion_guard": self.report})
+        self.checks = 0
+        self.blocked: list[dict] = []
+        self.avoided_by_reordering = 0
+        self.work = 0
+        self.budget_exhausted = False
+        self.rebuilds = 0
+        self.seconds = 0.0
+        self.failed: str | None = None
         self.base = None
         self.base_of_op: dict[str, int] = {}
         self.rank: list[int] = []
@@ -84,7 +101,10 @@ class _SchedulerView:
         self.decided: dict[tuple[int, int], bool] = {}
         self.best_peak: int | None = None  # our methods' lowest peak of the current list, once asked
         self.last_allowed = None
-        self.failed = False
+
+    def record(self, graph: str) -> GuardRecord:
+        return GuardRecord(graph, self.checks, tuple(self.blocked), self.avoided_by_reordering, self.work,
+                           self.budget_exhausted, self.rebuilds, self.seconds, self.failed)
 
     def convert(self) -> int:
         """Our graph of the scheduler's node list as it is now (before fusion); returns the work (nodes)."""
@@ -115,7 +135,7 @@ class _SchedulerView:
         self.decided = {}
         self.best_peak = None
         self.last_allowed = None
-        self.report["rebuilds"] += 1
+        self.rebuilds += 1
         return self.base.num_nodes + self.base.num_edges
 
 
@@ -132,22 +152,27 @@ class FusionGuard(_inductor_choices_base()):
     max_work: the guard's effort per graph, in window steps and rebuilt
         nodes (see :func:`reorder.fusion.fusion_peak`); past it every fusion
         is allowed, as stock.
+    session: the :class:`~reorder.inductor.session.Session` that gets one
+        :class:`~reorder.inductor.session.GuardRecord` per graph (None: none is kept).
     """
 
-    def __init__(self, slack_bytes: int = 0, slack_fraction: float = 0.01, max_work: int = 2_000_000):
+    def __init__(self, slack_bytes: int = 0, slack_fraction: float = 0.01, max_work: int = MAX_WORK,
+                 session: Session | None = None):
         super().__init__()
         if slack_bytes < 0 or slack_fraction < 0 or max_work < 0:
-            raise ValueError("fusion guard: slack_bytes, slack_fraction and max_work must be >= 0")
+            raise ReorderError(f"fusion guard: slack_bytes={slack_bytes!r}, slack_fraction={slack_fraction!r} and "
+                               f"max_work={max_work!r} must all be >= 0")
         self.slack_bytes = int(slack_bytes)
         self.slack_fraction = float(slack_fraction)
         self.max_work = int(max_work)
+        self.session_token = session.token if session is not None else None
         self._view: _SchedulerView | None = None
         self._warned = False
 
     def __reduce__(self):
-        """Copies and pickles carry the options only: Inductor deep-copies its configuration (the factory
-        holding this guard) while compiling, and the state of a graph being compiled must not go along."""
-        return (type(self), (self.slack_bytes, self.slack_fraction, self.max_work))
+        """Copies and pickles carry the options and the session's token only: the state of a graph being
+        compiled must not go along, and neither must the session (see the module docstring)."""
+        return (_guard_of, (self.session_token, self.slack_bytes, self.slack_fraction, self.max_work))
 
     def uuid(self) -> str:
         """Stable across processes: our sources and the options that change which fusions happen."""
@@ -167,13 +192,12 @@ class FusionGuard(_inductor_choices_base()):
         view = self._view
         if view is None or view.scheduler() is not scheduler:
             view = self._view = _SchedulerView(scheduler)
-        if view.failed:
+        if view.failed is not None:
             return True
         try:
             return self._decide(view, node1, node2)
         except Exception as exc:  # noqa: BLE001 - the user's compile must go on
-            view.failed = True
-            view.report["failed"] = f"{type(exc).__name__}: {exc}"
+            view.failed = f"{type(exc).__name__}: {exc}"
             if not self._warned:
                 self._warned = True
                 log.warning("reorder: fusion guard off for %s, allowing fusions as stock does: %s: %s",
@@ -181,61 +205,94 @@ class FusionGuard(_inductor_choices_base()):
             return True
 
     def _decide(self, view: _SchedulerView, node1, node2) -> bool:
-        report = view.report
-        if report["budget_exhausted"]:
+        if view.budget_exhausted:
             return True
         t0 = time.perf_counter()
         try:
             if view.base is None:
-                report["work"] += view.convert()
+                view.work += view.convert()
             if view.stale(node1, node2):
-                report["work"] += view.rebuild()
+                view.work += view.rebuild()
             key = (view.position[id(node1)], view.position[id(node2)])
             if key in view.decided:
                 return view.decided[key]
             check = fusion_peak(view.profile, *key)
-            report["checks"] += 1
+            view.checks += 1
             if check is None:
                 allowed = True  # a cycle: Inductor refuses it on its own
             else:
-                report["work"] += check.work
+                view.work += check.work
                 allowed = not should_block(check, self.slack_bytes, self.slack_fraction)
                 if not allowed:  # confirm: does the rise survive the reorder pass that runs after fusion?
                     graph = view.profile.graph
                     if view.best_peak is None:
                         view.best_peak = reorder_for_peak_memory(graph, CONFIRM_METHODS).peak
-                        report["work"] += len(CONFIRM_METHODS) * (graph.num_nodes + graph.num_edges)
+                        view.work += len(CONFIRM_METHODS) * (graph.num_nodes + graph.num_edges)
                     check = reordered_fusion_peak(graph, *key, view.best_peak)
-                    report["work"] += check.work
+                    view.work += check.work
                     allowed = not should_block(check, self.slack_bytes, self.slack_fraction)
                     if allowed:
-                        report["avoided_by_reordering"] += 1
+                        view.avoided_by_reordering += 1
                 if not allowed:
                     names = [node1.get_name(), node2.get_name()]
-                    if names not in [entry["nodes"] for entry in report["blocked"]]:
-                        report["blocked"].append({"nodes": names, "peak": check.peak, "fused_peak": check.fused_peak,
-                                                  "bytes": check.rise})
+                    if names not in [entry["nodes"] for entry in view.blocked]:
+                        view.blocked.append({"nodes": names, "peak": check.peak, "fused_peak": check.fused_peak,
+                                             "bytes": check.rise})
                     log.debug("reorder: fusion guard blocks %s + %s in %s: peak %d -> %d (+%d bytes)", *names,
                               view.graph_name, check.peak, check.fused_peak, check.rise)
             view.decided[key] = allowed
             if allowed:
                 view.last_allowed = node1
-            if report["work"] > self.max_work:
-                report["budget_exhausted"] = True
+            if view.work > self.max_work:
+                view.budget_exhausted = True
                 log.info("reorder: fusion guard used its work budget (%d) on %s; later fusions go unchecked",
                          self.max_work, view.graph_name)
             return allowed
         finally:
-            report["seconds"] += time.perf_counter() - t0
+            view.seconds += time.perf_counter() - t0
+
+    def finish(self, scheduler, graph: str) -> GuardRecord:
+        """Close the record of ``scheduler``'s graph (its fusions are done) and add it to the session.
+
+        A graph the guard was never asked about gets a record too, with
+        ``checks=0``, so every graph compiled under the guard has one.
+        """
+        view = self._view
+        if view is None or view.scheduler() is not scheduler:
+            view = _SchedulerView(scheduler)
+        self._view = None
+        record = view.record(graph)
+        session = Session.find(self.session_token)
+        if session is not None:
+            session.add(record)
+        return record
 
 
-def _same(guard: FusionGuard) -> FusionGuard:
+def _guard_of(session_token: int | None, slack_bytes: int, slack_fraction: float, max_work: int) -> FusionGuard:
+    guard = FusionGuard(slack_bytes, slack_fraction, max_work)
+    guard.session_token = session_token
     return guard
 
 
-def choices_factory(guard: FusionGuard):
-    """A picklable factory for ``config.inductor_choices_class`` that always returns ``guard``."""
-    return functools.partial(_same, guard)
+def choices_factory(session: Session, slack_bytes: int, slack_fraction: float):
+    """A picklable factory for ``config.inductor_choices_class``: a new guard recording into ``session``
+    (Inductor calls it once per thread, and once more to put the guard's ``uuid()`` in its cache key)."""
+    return functools.partial(_guard_of, session.token, slack_bytes, slack_fraction, MAX_WORK)
+
+
+def finish_guard(session_token: int, graph: str) -> None:
+    """After fusion: the guard Inductor asked for this graph, if it is ``session_token``'s, closes its record.
+
+    Called by the reorder pass; never fails the compile (an error is logged as a WARNING).
+    """
+    try:
+        from torch._inductor.virtualized import V
+
+        choices = V.choices
+        if isinstance(choices, FusionGuard) and choices.session_token == session_token:
+            choices.finish(V.graph.scheduler, graph)
+    except Exception as exc:  # noqa: BLE001 - the user's compile must go on
+        log.warning("reorder: fusion guard record of %s lost: %s: %s", graph, type(exc).__name__, exc)
 
 
 def users_choices_handler():

@@ -16,50 +16,30 @@ in the chosen order. Its promises to the user whose compile it runs in:
 * **Cheap by default.** Our LPMF/BFS/DFS ports give Inductor's orders node
   for node, so Inductor's own (quadratic) LPMF is not rerun. With
   ``compare=True`` Inductor's three methods run on the real nodes too, their
-  figures go into the report, and their orders join our candidates, so
+  figures go into the record, and their orders join our candidates, so
   "never worse than Inductor" holds by construction.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
+import copy
 import logging
 import time
-from pathlib import Path
-from typing import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Sequence
 
-from ..schedulers import reorder_for_peak_memory
+from ..graph import Graph
+from ..schedulers import ReorderResult, reorder_for_peak_memory
 from ..timeline import estimate_peak_memory
-from .adapter import freed_tangents, graph_from_scheduler
+from .adapter import freed_tangents, fx_graph_cache_hits, graph_being_compiled, graph_from_scheduler
 from .capture import write_capture
 from .figures import INDUCTOR_METHODS, inductor_figures
+from .fusion_guard import finish_guard
+from .session import FallbackRecord, HookOptions, OrderRecord, Session, source_hash
 
-__all__ = ["ReorderPass", "reports"]
+__all__ = ["ReorderPass", "TangentChoice", "choose_freeing_tangents"]
 
 log = logging.getLogger("reorder")
-
-#: One dict per graph the pass saw (see :class:`ReorderPass`).
-reports: list[dict] = []
-
-
-def graph_being_compiled() -> str:
-    try:
-        from functorch.compile import get_graph_being_compiled
-
-        return get_graph_being_compiled()
-    except Exception:  # noqa: BLE001 - a name is a nicety
-        return "graph"
-
-
-@functools.lru_cache(maxsize=1)
-def source_hash() -> str:
-    """A digest of the package's sources: any change to them changes every pass's ``uuid()``."""
-    digest = hashlib.sha256()
-    package = Path(__file__).resolve().parent.parent
-    for path in sorted(package.rglob("*.py")):
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def _custom_scheduler_pass_base():
@@ -85,51 +65,71 @@ class ReorderPass(_custom_scheduler_pass_base()):
 
     Parameters
     ----------
-    methods: our method names or specs (default :data:`~reorder.schedulers.DEFAULT_METHODS`).
-    compare: also run Inductor's three methods on the real nodes: their peaks go into the
-        report and their orders join the candidates.
-    capture_dir: write each graph in torch's simulator format, with Inductor's figures.
+    session: the :class:`~reorder.inductor.session.Session` whose options the
+        pass runs with and into which it adds one
+        :class:`~reorder.inductor.session.OrderRecord` per graph (or a
+        :class:`~reorder.inductor.session.FallbackRecord` with ``stage="order"``).
+        The pass holds the session's token, not the session: Inductor deep-copies
+        and pickles its configuration, and the session stays out of it (a deep
+        copy keeps the token, a pickle drops it: see :meth:`__reduce__`).
     previous: a post-fusion pass the user had already set; it runs first, ours on its result.
     inductor_fallback: on a failure of ours, run Inductor's ``reorder_for_peak_memory``
         (set when Inductor's own pass was switched off for ours).
-    max_seconds: wall-clock safety cap for our methods (reported when hit).
-    slab: the :class:`~reorder.inductor.slab.SlabOptions` the wrapper's code generation runs with
-        (None: Inductor's allocation); part of :meth:`uuid` only.
 
-    Each report (in :data:`reports`) has ``graph``, ``nodes``, ``peak``,
-    ``method``, ``methods`` (every method's peak), ``lower_bound``,
-    ``optimal``, ``seconds`` (conversion and methods), ``notes`` and
-    ``estimate_of_incoming_order``; with ``compare``, ``inductor`` (Inductor's
-    own peaks: baseline, lpmf, bfs, dfs) and ``inductor_seconds``. A graph
-    our pass failed on has ``graph`` and ``fallback`` (the reason) instead.
+    The post-fusion pass is the point where a graph's fusions are done, so it
+    also closes the fusion guard's record of the graph
+    (:func:`~reorder.inductor.fusion_guard.finish_guard`) and records the FX
+    graph cache hits since the previous graph.
     """
 
-    def __init__(self, methods: Sequence[str] | None = None, compare: bool = False,
-                 capture_dir: str | Path | None = None, previous: Callable | None = None,
-                 inductor_fallback: bool = False, max_seconds: float = 60.0, slab=None):
-        self.methods = list(methods) if methods is not None else None
-        self.compare = compare
-        self.capture_dir = Path(capture_dir) if capture_dir is not None else None
+    def __init__(self, session: Session, previous=None, inductor_fallback: bool = False):
+        self.options = session.options
+        self.session_token = session.token
         self.previous = previous
         self.inductor_fallback = inductor_fallback
-        self.max_seconds = max_seconds
-        self.slab = slab
+
+    @property
+    def session(self) -> Session | None:
+        """The live session this pass records into (None once it was uninstalled, or in a pickled copy)."""
+        return Session.find(self.session_token)
+
+    def __deepcopy__(self, memo: dict) -> ReorderPass:
+        """Inductor deep-copies its configuration and compiles a backward graph with the copy it took at the
+        forward's compile: the copy records into the same session."""
+        clone = _pass_without_session(self.options, copy.deepcopy(self.previous, memo), self.inductor_fallback)
+        clone.session_token = self.session_token
+        return clone
+
+    def __reduce__(self):
+        """A pickle carries what changes the result, not the session's token: Inductor hashes the pickled pass
+        into its FX graph cache key, and the same options must give the same key in every session."""
+        return (_pass_without_session, (self.options, self.previous, self.inductor_fallback))
 
     def uuid(self) -> str:
         """Stable across processes: our sources, the options that change the result, and the previous pass's uuid."""
         previous = self.previous.uuid() if hasattr(self.previous, "uuid") else repr(self.previous)
-        return (f"reorder-{source_hash()[:16]}-{self.methods}-compare={self.compare}-cap={self.max_seconds}"
-                f"-fallback={self.inductor_fallback}-slab={self.slab}-after={previous}")
+        return (f"reorder-{source_hash()[:16]}-{self.options.uuid()}-fallback={self.inductor_fallback}"
+                f"-after={previous}")
 
     def __call__(self, nodes: list) -> list:
         if self.previous is not None:
             nodes = self.previous(nodes)
         name = graph_being_compiled()
+        session = self.session
+        if session is not None:
+            session.note_cache_hits(fx_graph_cache_hits())
         try:
-            return self._reorder(nodes, name)
+            return self._reorder_or_keep(nodes, name, session)
+        finally:
+            finish_guard(self.session_token, name)
+
+    def _reorder_or_keep(self, nodes: list, name: str, session: Session | None) -> list:
+        try:
+            record, order = self._reorder(nodes, name)
         except Exception as exc:  # noqa: BLE001 - the user's compile must go on
             reason = f"{type(exc).__name__}: {exc}"
-            reports.append({"graph": name, "fallback": reason})
+            if session is not None:
+                session.add(FallbackRecord(name, "order", reason))
             if not self.inductor_fallback:
                 log.warning("reorder: keeping Inductor's order for %s: %s", name, reason)
                 return nodes
@@ -140,65 +140,105 @@ class ReorderPass(_custom_scheduler_pass_base()):
                 log.warning("reorder: Inductor's pass failed too for %s (%s: %s); keeping the incoming order",
                             name, type(inner).__name__, inner)
                 return nodes
+        if session is not None:
+            session.add(record)
+        log.info("reorder: %s: %d nodes, peak %d -> %d (%s)", name, record.nodes,
+                 record.estimate_of_incoming_order, record.peak, record.method)
+        return [nodes[v] for v in order]
 
-    def _reorder(self, nodes: list, name: str) -> list:
+    def _reorder(self, nodes: list, name: str) -> tuple[OrderRecord, list[int]]:
+        options = self.options
         t0 = time.perf_counter()
         graph, state = graph_from_scheduler(nodes, name)
         convert_seconds = time.perf_counter() - t0
-        figures = inductor_figures(graph, nodes, state) if self.compare or self.capture_dir else None
+        figures = inductor_figures(graph, nodes, state) if options.compare or options.capture_dir else None
         candidates = {f"inductor_{m}": figures["orders"][m] for m in INDUCTOR_METHODS} if figures else None
-        result = reorder_for_peak_memory(graph, self.methods, candidates=candidates, max_seconds=self.max_seconds)
-        incoming = estimate_peak_memory(graph).peak
-        order, tangent_fields = self._order_freeing_tangents(nodes, name, state, graph, result)
-        report = {
-            "graph": name,
-            "nodes": graph.num_nodes,
-            "peak": result.peak,
-            "method": result.method,
-            "methods": result.peaks,
-            "lower_bound": result.lower_bound,
-            "optimal": result.optimal,
-            "seconds": convert_seconds + sum(result.seconds.values()),
-            "notes": result.notes,
-            "estimate_of_incoming_order": incoming,
-        }
-        report.update(tangent_fields)
-        if figures is not None:
-            report["inductor"] = figures["peak"]
-            report["inductor_seconds"] = {m: figures["seconds"][m] for m in INDUCTOR_METHODS}
-        if self.capture_dir is not None:
-            report["captured"] = str(write_capture(self.capture_dir, name, graph, figures))
-        reports.append(report)
-        log.info("reorder: %s: %d nodes, peak %d -> %d (%s)", name, graph.num_nodes, incoming, report["peak"],
-                 report["method"])
-        return [nodes[v] for v in order]
+        result = reorder_for_peak_memory(graph, options.methods, candidates=candidates,
+                                         max_seconds=options.max_seconds)
+        incoming = estimate_peak_memory(graph)
+        choice = None
+        if freed_tangents(nodes, state.graph_inputs):
+            real_graph, _ = graph_from_scheduler(nodes, name, free_tangents=True)
+            choice = choose_freeing_tangents(graph, real_graph, result, options.methods, options.max_seconds)
+        captured = write_capture(options.capture_dir, name, graph, figures) if options.capture_dir else None
+        record = OrderRecord(
+            graph=name,
+            nodes=graph.num_nodes,
+            peak=choice.peak if choice else result.peak,
+            method=choice.method if choice else result.method,
+            methods=result.peaks,
+            lower_bound=result.lower_bound,
+            optimal=choice.optimal if choice else result.optimal,
+            seconds=convert_seconds + sum(result.seconds.values()),
+            estimate_of_incoming_order=incoming.peak,
+            held_at_end=incoming.live[-1],
+            notes=choice.notes if choice else result.notes,
+            peak_tangents_freed=choice.peak_tangents_freed if choice else None,
+            peak_tangents_freed_of_stock_order=choice.peak_tangents_freed_of_stock_order if choice else None,
+            inductor=figures["peak"] if figures else None,
+            inductor_seconds={m: figures["seconds"][m] for m in INDUCTOR_METHODS} if figures else None,
+            captured=str(captured) if captured else None,
+        )
+        return record, choice.order if choice else result.order
 
-    def _order_freeing_tangents(self, nodes: list, name: str, state, graph, result) -> tuple[list[int], dict]:
-        """Our order once a backward's tangents count as freed, as they are in a real step.
 
-        Inductor's model never frees tangents (:func:`~reorder.inductor.adapter.freed_tangents`), so
-        two orders it rates equal can differ in a real step by the tangent's bytes: the one that
-        reads it last holds it longest. When the graph reads tangents, our methods run again on the
-        graph with them freeable, from every order found so far, and the order kept is the lowest
-        such peak among those whose Inductor-model peak is no higher than stock's choice (the first
-        lowest of the incoming order and Inductor's three methods): never worse than stock in either
-        model. Returns the order and the report's extra fields (none when nothing changes).
-        """
-        if not freed_tangents(nodes, state.graph_inputs):
-            return result.order, {}
-        real_graph, _ = graph_from_scheduler(nodes, name, free_tangents=True)
-        real_result = reorder_for_peak_memory(real_graph, self.methods, candidates=result.orders,
-                                              max_seconds=self.max_seconds)
-        stock = min(("baseline", *INDUCTOR_METHODS), key=lambda m: result.peaks.get(m, float("inf")))
-        options = {**{f"tangents_freed_{m}": o for m, o in real_result.orders.items()}, **result.orders}
-        scored = []
-        for method, candidate in options.items():
-            peak = estimate_peak_memory(graph, candidate).peak
-            if peak <= result.peaks[stock]:
-                scored.append((estimate_peak_memory(real_graph, candidate).peak, peak, method, candidate))
-        real_peak, peak, method, order = min(scored, key=lambda s: s[:2])
-        return order, {"peak": peak, "method": method, "optimal": result.optimal and peak == result.peak,
-                       "peak_tangents_freed": real_peak,
-                       "peak_tangents_freed_of_stock_order": estimate_peak_memory(real_graph,
-                                                                                  result.orders[stock]).peak}
+def _pass_without_session(options: HookOptions, previous, inductor_fallback: bool) -> ReorderPass:
+    """A pass with these options that records nowhere (what a pickled pass becomes)."""
+    unpickled = ReorderPass.__new__(ReorderPass)
+    unpickled.options, unpickled.session_token = options, None
+    unpickled.previous, unpickled.inductor_fallback = previous, inductor_fallback
+    return unpickled
 
+
+@dataclass(frozen=True)
+class TangentChoice:
+    """The order kept for a backward graph once its tangents count as freed (:func:`choose_freeing_tangents`)."""
+
+    order: list[int]
+    peak: int
+    method: str
+    optimal: bool
+    peak_tangents_freed: int
+    peak_tangents_freed_of_stock_order: int
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+def choose_freeing_tangents(graph: Graph, real_graph: Graph, result: ReorderResult,
+                            methods: Sequence[str] | None = None, max_seconds: float | None = None) -> TangentChoice:
+    """Our order once a backward's tangents count as freed, as they are in a real step.
+
+    ``graph`` is Inductor's model of the graph and ``result`` our methods on it;
+    ``real_graph`` is the same graph with the tangents freeable (same node ids).
+    Inductor's model never frees tangents
+    (:func:`~reorder.inductor.adapter.freed_tangents`), so two orders it rates
+    equal can differ in a real step by the tangent's bytes: the one that reads
+    it last holds it longest. Our methods run again on ``real_graph``, from
+    every order found so far, and the order kept is the lowest such peak among
+    those whose estimate in Inductor's model is no higher than stock's choice
+    (the first lowest of the incoming order and Inductor's three methods):
+    never worse than stock in either model.
+
+    The kept order may be above the lowest estimate ``result`` found (which
+    its notes may call optimal). Then it is not optimal, and the notes say so:
+    ``"tangents_freed"`` gives both peaks, and every method's note names the
+    order it speaks of.
+    """
+    real_result = reorder_for_peak_memory(real_graph, methods, candidates=result.orders, max_seconds=max_seconds)
+    stock = min(("baseline", *INDUCTOR_METHODS), key=lambda m: result.peaks.get(m, float("inf")))
+    options = {**{f"tangents_freed_{m}": o for m, o in real_result.orders.items()}, **result.orders}
+    scored = []
+    for method, candidate in options.items():
+        peak = estimate_peak_memory(graph, candidate).peak
+        if peak <= result.peaks[stock]:
+            scored.append((estimate_peak_memory(real_graph, candidate).peak, peak, method, candidate))
+    real_peak, peak, method, order = min(scored, key=lambda s: s[:2])
+    stock_real_peak = estimate_peak_memory(real_graph, result.orders[stock]).peak
+    notes = dict(result.notes)
+    if peak > result.peak:
+        lowest = f"the order of lowest estimate ({result.method}, {result.peak:,} B)"
+        notes = {key: f"about {lowest}: {note}" if key in result.peaks else note for key, note in notes.items()}
+        notes["tangents_freed"] = (f"kept {method} for a real step: {real_peak:,} B with the tangents freed against "
+                                   f"{stock_real_peak:,} B for stock's order; its estimate, {peak:,} B, is "
+                                   f"{peak - result.peak:,} B above {lowest}, so it is not optimal")
+    return TangentChoice(list(order), peak, method, result.optimal and peak == result.peak, real_peak,
+                         stock_real_peak, notes)

@@ -18,13 +18,21 @@ Nothing accumulates globally: two sessions (say, in two threads, or one
 nested in another) each see their own compiles. Records are frozen
 dataclasses; ``record.to_dict()`` gives the JSON object the CLI and the
 benchmarks write, with ``"kind"`` naming the record type.
+
+Inductor deep-copies and pickles its configuration, which holds our pass and
+our guard's factory; they therefore hold a session's :attr:`Session.token`,
+not the session, and find it with :meth:`Session.find` in a registry of
+live sessions that holds them weakly.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
+import itertools
 import threading
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence, Union
@@ -33,7 +41,17 @@ from ..errors import ReorderError
 from ..report import format_bytes, format_table
 
 __all__ = ["CacheHitRecord", "FallbackRecord", "GuardRecord", "HookOptions", "OrderRecord", "Record", "Session",
-           "SlabRecord"]
+           "SlabRecord", "source_hash"]
+
+
+@functools.lru_cache(maxsize=1)
+def source_hash() -> str:
+    """A digest of the package's sources: any change to them changes the ``uuid()`` of every pass and guard."""
+    digest = hashlib.sha256()
+    package = Path(__file__).resolve().parent.parent
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -69,11 +87,27 @@ class HookOptions:
     fusion_slack_bytes: int = 0
     fusion_slack_fraction: float = 0.01
 
+    @classmethod
+    def build(cls, options: HookOptions | None = None, **fields) -> HookOptions:
+        """``options`` (default: every default) with ``fields`` replaced: what ``use``/``install`` take.
+
+        Raises :class:`~reorder.errors.ReorderError` naming an unknown field and listing the valid ones.
+        """
+        if options is not None and not isinstance(options, HookOptions):
+            raise ReorderError(f"hook options: expected a HookOptions or keyword options, got {options!r}")
+        valid = [f.name for f in dataclasses.fields(cls)]
+        for name in fields:
+            if name not in valid:
+                raise ReorderError(f"unknown hook option {name!r}; valid options: {', '.join(valid)}")
+        return dataclasses.replace(options, **fields) if options is not None else cls(**fields)
+
     def __post_init__(self) -> None:
         if self.methods is not None:
             if isinstance(self.methods, str):
                 raise ReorderError(f"hook option methods={self.methods!r}: give a list of method names, not a string")
             object.__setattr__(self, "methods", tuple(self.methods))
+            if not self.methods:
+                raise ReorderError("hook option methods=(): give at least one method, or None for the defaults")
             from ..schedulers import make_method
 
             for spec in self.methods:
@@ -83,11 +117,14 @@ class HookOptions:
         for name in ("keep_inductor_pass", "compare", "slab", "poison", "fusion_guard"):
             if not isinstance(getattr(self, name), bool):
                 raise ReorderError(f"hook option {name}={getattr(self, name)!r}: expected True or False")
-        if not isinstance(self.max_seconds, (int, float)) or not self.max_seconds > 0:
+        if isinstance(self.max_seconds, bool) or not isinstance(self.max_seconds, (int, float)) \
+                or not self.max_seconds > 0:
             raise ReorderError(f"hook option max_seconds={self.max_seconds!r}: expected a number of seconds > 0")
-        if not isinstance(self.fusion_slack_bytes, int) or self.fusion_slack_bytes < 0:
+        if isinstance(self.fusion_slack_bytes, bool) or not isinstance(self.fusion_slack_bytes, int) \
+                or self.fusion_slack_bytes < 0:
             raise ReorderError(f"hook option fusion_slack_bytes={self.fusion_slack_bytes!r}: expected an int >= 0")
-        if not isinstance(self.fusion_slack_fraction, (int, float)) or not 0 <= self.fusion_slack_fraction < 1:
+        if isinstance(self.fusion_slack_fraction, bool) or not isinstance(self.fusion_slack_fraction, (int, float)) \
+                or not 0 <= self.fusion_slack_fraction < 1:
             raise ReorderError(f"hook option fusion_slack_fraction={self.fusion_slack_fraction!r}: "
                                f"expected a number in [0, 1)")
         if self.poison:
@@ -102,15 +139,37 @@ class HookOptions:
 
 @dataclass(frozen=True)
 class OrderRecord:
-    """The order our pass chose for one graph (Inductor's estimate model, bytes).
+    """The order our pass chose for one graph, in bytes of Inductor's estimate (``torch/_inductor/memory.py``).
 
-    ``peak`` is the chosen order's peak, ``method`` the method that found it
-    (``tangents_freed_<m>``: method ``m`` rerun with a backward's tangents
-    counted as freed, see :class:`~reorder.inductor.reorder_pass.ReorderPass`),
-    ``methods`` every method's peak, ``lower_bound`` the highest proven bound,
-    ``optimal`` whether the chosen peak is proven minimal,
-    ``estimate_of_incoming_order`` Inductor's figure for the order it handed
-    us. ``inductor`` (with ``compare``): Inductor's own peaks by method.
+    ``peak`` is the chosen order's estimated peak and ``method`` what found it:
+
+    * ``baseline``: the order Inductor handed us (nothing beat it);
+    * ``lpmf``, ``bfs``, ``dfs``, ``refine``, ``exact``, ``optimal``: our method of that name
+      (``lpmf``/``bfs``/``dfs`` give Inductor's own orders node for node);
+    * ``inductor_<m>`` (``inductor_lpmf``, ``inductor_bfs``, ``inductor_dfs``; with ``compare``):
+      Inductor's own method ``m`` run on the real nodes, kept only when strictly lower than ours;
+    * ``tangents_freed_<m>``, with ``<m>`` any of the above: in a backward graph, the order method
+      ``m`` found once the tangents count as freed, as a real step frees them (see
+      :class:`~reorder.inductor.reorder_pass.ReorderPass`).
+
+    ``methods``: every method's estimated peak; ``lower_bound``: the highest
+    proven bound on the minimum; ``optimal``: whether ``peak`` itself is
+    proven minimal. ``notes``: what the methods said about their runs
+    (``exact``'s "starting order is optimal" speaks of the order it started
+    from); when a ``tangents_freed_<m>`` order above that minimum is chosen,
+    the notes say so under ``"tangents_freed"`` and every other note names the
+    order it is about, so that no note calls a non-optimal order optimal.
+    ``estimate_of_incoming_order``: the estimate of the order Inductor handed
+    us. ``held_at_end``: the bytes the graph's outputs hold when it ends, under
+    every order (for a training forward, its outputs and the tensors it saves
+    for the backward, which stay live until the backward frees them): the
+    part of the estimate no order can lower, and what the step holds next to
+    the following graph (None in records written before it was kept).
+    ``inductor`` (with ``compare``): Inductor's own peaks by method.
+
+    These are per-graph estimates: a lower ``peak`` lowers a step's real peak
+    only where this graph's peak is the step's; :func:`reorder.measure.measure`
+    measures the step.
     """
 
     graph: str
@@ -123,6 +182,7 @@ class OrderRecord:
     seconds: float
     estimate_of_incoming_order: int
     notes: dict[str, str] = field(default_factory=dict)
+    held_at_end: int | None = None
     peak_tangents_freed: int | None = None
     peak_tangents_freed_of_stock_order: int | None = None
     inductor: dict[str, int] | None = None
@@ -151,9 +211,17 @@ class SlabRecord:
     ``bound``: the largest live bytes of the pooled groups (no layout of them
     is smaller); ``worst_ratio``: the largest pool's slab over its own bound;
     ``estimated_peak`` and ``stock_estimated_peak``: the wrapper's allocations
-    replayed with our pools and one by one (the wrapper's view, which counts
-    allocations Inductor's scheduler model does not, so it differs from the
-    :class:`OrderRecord`'s ``peak``).
+    replayed with our pools and one by one.
+
+    The replay and :class:`OrderRecord`'s ``peak`` are two models of the same
+    order, so they differ: the scheduler's estimate counts every buffer of the
+    scheduler's nodes from its producer to its last reader, while the replay
+    counts what the generated wrapper allocates and frees: a buffer that takes
+    over the storage of one dying at the same step (Inductor's in-place
+    reuse) allocates nothing, extern kernels' outputs and the inputs the
+    wrapper deletes count as the wrapper sees them, and steps are batches
+    of the wrapper's planning lines. Compare ``estimated_peak`` with
+    ``stock_estimated_peak`` (same model), not with ``OrderRecord.peak``.
     """
 
     graph: str
@@ -224,23 +292,52 @@ class CacheHitRecord:
 Record = Union[OrderRecord, SlabRecord, GuardRecord, FallbackRecord, CacheHitRecord]
 
 
+#: Sessions that passes and guards can still record into, by token (held weakly: a session nobody holds goes).
+_live: weakref.WeakValueDictionary[int, Session] = weakref.WeakValueDictionary()
+_tokens = itertools.count(1)
+
+
 class Session:
     """One installation of the hook: its :class:`HookOptions` and the records of what its compiles did.
 
     Records are added by the pass, the slab code generation and the guard
     (:meth:`add`, thread-safe) and read through the typed views below. A
     session is live from :func:`~reorder.inductor.install` to the matching
-    :func:`~reorder.inductor.uninstall`; records stay readable after.
+    :func:`~reorder.inductor.uninstall` (:meth:`close`); records stay readable after.
     """
 
-    def __init__(self, options: HookOptions):
-        self.options = options
+    def __init__(self, options: HookOptions | None = None):
+        self.options = options if options is not None else HookOptions()
+        self.token = next(_tokens)
         self._records: list[Record] = []
         self._lock = threading.Lock()
+        self._cache_hits_seen: int | None = None
+        _live[self.token] = self
+
+    @staticmethod
+    def find(token: int | None) -> Session | None:
+        """The live session with this :attr:`token`, or None (closed, or never made in this process)."""
+        return _live.get(token) if token is not None else None
+
+    @property
+    def live(self) -> bool:
+        return Session.find(self.token) is self
+
+    def close(self) -> None:
+        """Stop taking records from passes and guards (done by :func:`~reorder.inductor.uninstall`)."""
+        _live.pop(self.token, None)
 
     def add(self, record: Record) -> None:
         with self._lock:
             self._records.append(record)
+
+    def note_cache_hits(self, total: int) -> None:
+        """Given Inductor's running count of FX graph cache hits: the first call takes it as the start, each
+        later one records the hits since the call before as a :class:`CacheHitRecord`."""
+        with self._lock:
+            seen, self._cache_hits_seen = self._cache_hits_seen, total
+            if seen is not None and total > seen:
+                self._records.append(CacheHitRecord(total - seen))
 
     @property
     def records(self) -> tuple[Record, ...]:
@@ -282,25 +379,55 @@ class Session:
         return [r.to_dict() for r in self.records]
 
     def summary(self) -> str:
-        """A table a person can read: one row per graph, then one line per fallback and for cache hits."""
-        slabs = {r.graph: r for r in self.slabs}
-        guards = {r.graph: r for r in self.guards}
+        """A table a person can read, one row per graph, then what its figures mean, fallbacks and cache hits.
+
+        Every figure in the table is an estimate of one graph; the lines under
+        it say what that means for a step (what the graphs hold when they end,
+        the highest estimate) and where real savings are measured.
+        """
+        graphs, slabs, guards = self.graphs, {r.graph: r for r in self.slabs}, {r.graph: r for r in self.guards}
+        headers = ["graph", "nodes", "Inductor (est.)", "ours (est.)", "change (est.)", "held at end", "optimal",
+                   "method"]
+        if slabs:
+            headers += ["slab pools", "slab replay (est.) / stock replay"]
+        if guards:
+            headers += ["fusions blocked"]
         rows = []
-        for r in self.graphs:
-            slab, guard = slabs.get(r.graph), guards.get(r.graph)
-            rows.append((r.graph, r.nodes, format_bytes(r.inductor_best), format_bytes(r.peak),
-                         "yes" if r.optimal else f"gap {(r.peak - r.lower_bound) / max(r.lower_bound, 1):.2%}",
-                         r.method, format_bytes(slab.pool_bytes) if slab else "-",
-                         f"{len(guard.blocked)} of {guard.checks}" if guard else "-"))
+        for r in graphs:
+            row = [r.graph, r.nodes, format_bytes(r.inductor_best), format_bytes(r.peak),
+                   f"{(r.peak - r.inductor_best) / max(r.inductor_best, 1):+.2%}",
+                   "-" if r.held_at_end is None else format_bytes(r.held_at_end),
+                   "yes" if r.optimal else f"gap {(r.peak - r.lower_bound) / max(r.lower_bound, 1):.2%}", r.method]
+            if slabs:
+                slab = slabs.get(r.graph)
+                row += [format_bytes(slab.pool_bytes), f"{format_bytes(slab.estimated_peak)} / "
+                        f"{format_bytes(slab.stock_estimated_peak)}"] if slab else ["-", "-"]
+            if guards:
+                guard = guards.get(r.graph)
+                row += [f"{len(guard.blocked)} of {guard.checks}" if guard else "-"]
+            rows.append(row)
         lines = []
         if rows:
-            lines.append(format_table(["graph", "nodes", "Inductor (est.)", "ours (est.)", "optimal", "method",
-                                       "slab pools", "fusions blocked"], rows))
+            lines.append(format_table(headers, rows))
+            lines.append("(est.): Inductor's per-graph estimate of live bytes, not measured memory. 'held at end': "
+                         "what the graph's outputs hold when it ends, under every order (a training forward's "
+                         "saved tensors stay live into the backward). A lower estimate lowers a step's real peak "
+                         "only where this graph's peak is the step's: measure the step with "
+                         "reorder.measure.measure for real savings.")
+            if len(graphs) > 1:
+                lines.append(f"highest estimate among these graphs: Inductor "
+                             f"{format_bytes(max(r.inductor_best for r in graphs))}, ours "
+                             f"{format_bytes(max(r.peak for r in graphs))}")
+        if slabs:
+            lines.append("slab replay: the generated wrapper's allocations replayed step by step, another model "
+                         "than the scheduler's estimate in 'ours (est.)' (in-place reuse allocates nothing, "
+                         "steps are batches of the wrapper's lines), so the two differ for the same order: compare "
+                         "the slab's replay with stock's replay.")
         lines += [f"fallback ({r.stage}) in {r.graph}: {r.reason}" for r in self.fallbacks]
         if self.cache_hits:
-            lines.append(f"{self.cache_hits} compile(s) came from Inductor's FX graph cache: no pass of ours ran for "
-                         f"them (torch._inductor.config.force_disable_caches = True, or use(capture_dir=...), "
-                         f"forces one)")
+            lines.append(f"{self.cache_hits} graph(s) came from Inductor's FX graph cache (compiled before with "
+                         f"these options): no pass of ours ran and they have no records here; to run the passes, "
+                         f"set torch._inductor.config.force_disable_caches = True before compiling")
         if not lines:
             lines.append("no graph reached Inductor's scheduler in this session")
         return "\n".join(lines)
