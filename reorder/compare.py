@@ -15,9 +15,10 @@ measures for one step), the compile and wall seconds, the graphs Inductor
 compiled and the hook's fallbacks.
 
 Curves of different runs are aligned by what they did, not by their own
-clocks (:func:`time_warp`): the starts and ends of the compiled calls are
-marks, and each run's time is mapped piecewise-linearly onto the reference
-run's marks, so a longer compile in one run never looks like memory saved.
+clocks (:func:`align_times`): the starts and ends of the compiled calls are
+marks matched between runs, and between two marks each run's allocations are
+spread over the reference run's stretch in their order, so a longer compile
+or an idle stretch in one run never looks like memory saved.
 The child sets ``REORDER_VARIANT`` to the variant's name, so a script can
 tell which variant it runs under.
 """
@@ -38,7 +39,7 @@ from typing import Callable, Sequence, TextIO
 from .errors import ReorderError
 from .report import format_bytes, format_table
 
-__all__ = ["COMPARE_VARIANTS", "Comparison", "VariantRun", "compare", "plot_comparison", "time_warp"]
+__all__ = ["COMPARE_VARIANTS", "Comparison", "VariantRun", "compare", "align_times", "plot_comparison"]
 
 #: Each variant's hook options (None: stock ``torch.compile``, nothing of ours installed).
 COMPARE_VARIANTS: dict[str, dict | None] = {
@@ -129,30 +130,37 @@ class Comparison:
         return format_table(headers, rows)
 
 
-def time_warp(marks: Sequence[float], reference: Sequence[float], end: float, reference_end: float
-              ) -> Callable[[float], float]:
-    """A map from one run's clock to the reference run's, through matching marks.
+def align_times(times: Sequence[float], marks: Sequence[float], reference: Sequence[float], end: float,
+                reference_end: float) -> list[float]:
+    """``times`` (one run's curve, ascending) placed on the reference run's clock, by what the run did.
 
     ``marks`` and ``reference`` are the times of the same events in the two
-    runs (the k-th compiled call's start and end, in order); the first
-    ``min(len)`` pairs are matched, together with both runs' starts (0) and
-    ends. Between matched marks time is interpolated linearly; the map is
-    monotone, so the order of events is kept.
+    runs (the k-th compiled call's start and end, phases): the first
+    ``min(len)`` pairs are matched, with both runs' starts (0) and ends, and
+    pairs that would run backwards are dropped. Between two matched marks a
+    run's points are spread evenly over the reference's stretch, in their
+    order: by event, not by clock, so an idle stretch in one run (a slower
+    kernel, a pause) never looks like memory held for less time or saved.
     """
     k = min(len(marks), len(reference))
     xs, ys = [0.0], [0.0]
     for x, y in zip([*marks[:k], end], [*reference[:k], reference_end], strict=True):
-        if x >= xs[-1] and y >= ys[-1]:
+        if x >= xs[-1] and y >= ys[-1] and (x, y) != (xs[-1], ys[-1]):
             xs.append(x)
             ys.append(y)
-
-    def warp(t: float) -> float:
-        i = min(max(bisect.bisect_right(xs, t) - 1, 0), len(xs) - 2) if len(xs) > 1 else 0
-        if len(xs) == 1 or xs[i + 1] == xs[i]:
-            return ys[min(i, len(ys) - 1)]
-        return ys[i] + (t - xs[i]) * (ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i])
-
-    return warp
+    segment = [min(max(bisect.bisect_right(xs, t) - 1, 0), len(xs) - 2) if len(xs) > 1 else 0 for t in times]
+    counts: dict[int, int] = {}
+    for j in segment:
+        counts[j] = counts.get(j, 0) + 1
+    placed, seen = [], {}
+    for j in segment:
+        rank = seen.get(j, 0)
+        seen[j] = rank + 1
+        if len(ys) == 1:
+            placed.append(0.0)
+        else:
+            placed.append(ys[j] + (rank + 0.5) / counts[j] * (ys[j + 1] - ys[j]))
+    return placed
 
 
 def thin(curve: Sequence[tuple[float, int]], points: int = CURVE_POINTS) -> list[tuple[float, int]]:
@@ -345,7 +353,7 @@ def plot_comparison(comparison: Comparison, path: Path) -> Path | None:
 
     Two panels: the whole run, and its last step (from the start of each
     run's last compiled forward call), each aligned on the reference run's
-    compiled calls by :func:`time_warp`.
+    compiled calls by :func:`align_times`.
     """
     try:
         import matplotlib
@@ -364,8 +372,7 @@ def plot_comparison(comparison: Comparison, path: Path) -> Path | None:
     fig, (whole, step) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [3, 2]})
     ref_step = ref.last_step_start
     for r in runs:
-        warp = time_warp(r.marks, ref.marks, r.curve[-1][0], ref_end)
-        times = [warp(t) for t, _ in r.curve]
+        times = align_times([t for t, _ in r.curve], r.marks, ref.marks, r.curve[-1][0], ref_end)
         live = [b / scale for _, b in r.curve]
         line, = whole.step(times, live, where="post", linewidth=1.2, label=f"{r.variant}: peak {r.peak / scale:.2f} {unit}")
         if ref_step is not None and r.last_step_start is not None:
@@ -376,10 +383,11 @@ def plot_comparison(comparison: Comparison, path: Path) -> Path | None:
             ys = [before] + [b for _, b in inside]
             step.step(xs, ys, where="post", linewidth=1.2, color=line.get_color(),
                       label=f"{r.variant}: {r.step_peak / scale:.2f} {unit} above the step's start")
-    whole.set_xlabel(f"seconds of {ref.variant}'s run (each run aligned at its compiled calls)")
+    whole.set_xlabel(f"seconds of {ref.variant}'s run: every run aligned at each compiled call,\n"
+                     f"its allocations evenly spaced between them", fontsize=8)
     whole.set_ylabel(f"real allocated memory above the script's start ({unit})")
     whole.set_title("whole run")
-    step.set_xlabel(f"seconds of {ref.variant}'s run")
+    step.set_xlabel(f"seconds of {ref.variant}'s run", fontsize=8)
     step.set_title("last step")
     for ax in (whole, step):
         ax.grid(alpha=0.3)

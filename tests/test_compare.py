@@ -11,25 +11,28 @@ import pytest
 
 from reorder.cli import COMPARE_OPTIONS
 from reorder.script import split_script_args
-from reorder.compare import VariantRun, _sentence, _step_peak, time_warp
+from reorder.compare import VariantRun, _sentence, _step_peak, align_times
 from reorder.errors import ReorderError
 
 from helpers import ROOT
 
 
-def test_time_warp_maps_marks_onto_the_reference_and_is_monotone():
-    warp = time_warp([1.0, 2.0, 5.0, 6.0], [2.0, 3.0, 4.0, 8.0], end=10.0, reference_end=12.0)
-    assert [warp(t) for t in (0.0, 1.0, 2.0, 5.0, 6.0, 10.0)] == [0.0, 2.0, 3.0, 4.0, 8.0, 12.0]
-    assert warp(1.5) == pytest.approx(2.5)  # linear between matched marks
-    samples = [warp(t / 10) for t in range(0, 101)]
-    assert samples == sorted(samples)
+def test_align_times_matches_marks_and_spreads_points_by_event_between_them():
+    # marks at 2 and 4 in the run match 10 and 12 in the reference; the run ends at 6, the reference at 20
+    placed = align_times([1.0, 1.5, 2.0, 3.9, 5.0], [2.0, 4.0], [10.0, 12.0], end=6.0, reference_end=20.0)
+    assert placed == [2.5, 7.5, 10.5, 11.5, 16.0]  # two points before 2 share 0..10; then one per stretch
+    assert placed == sorted(placed)
 
 
-def test_time_warp_matches_only_the_marks_both_runs_have():
-    warp = time_warp([1.0, 2.0, 3.0], [10.0], end=4.0, reference_end=20.0)
-    assert warp(1.0) == 10.0
-    assert warp(4.0) == 20.0
-    assert warp(2.5) == pytest.approx(10.0 + 1.5 / 3.0 * 10.0)
+def test_align_times_compresses_an_idle_stretch_by_order_of_events():
+    # a run idle from 0.1 to 9.0 (one allocation, then nothing) lines up with a reference that allocated steadily
+    placed = align_times([0.0, 0.1, 9.0, 9.5], [], [], end=10.0, reference_end=4.0)
+    assert placed == [0.5, 1.5, 2.5, 3.5]
+
+
+def test_align_times_matches_only_the_marks_both_runs_have_and_drops_backward_pairs():
+    assert align_times([0.5, 1.5, 2.5], [1.0, 2.0, 3.0], [10.0], end=4.0, reference_end=20.0) == [5.0, 12.5, 17.5]
+    assert align_times([0.5, 1.5], [1.0, 0.5], [1.0, 2.0], end=2.0, reference_end=4.0) == [0.5, 2.5]
 
 
 def test_split_script_args_takes_our_options_and_leaves_the_script_its_own():

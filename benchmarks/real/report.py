@@ -342,8 +342,33 @@ def composition(row: dict) -> list[str]:
     return parts
 
 
+def _marks(variant: dict) -> dict[tuple, float]:
+    """What a variant's measured step did, keyed so that two variants can be matched: each compiled call's start
+    and end (in call order) and each phase's start and end (seconds on the variant's own clock)."""
+    marks = {}
+    for k, call in enumerate(variant.get("compiled_calls", [])):
+        marks[("call", k, "start")], marks[("call", k, "end")] = call["start"], call["end"]
+    for name, region in variant.get("phases", {}).items():
+        marks[("phase", name, "start")], marks[("phase", name, "end")] = region["start"], region["end"]
+    return marks
+
+
+def aligned_times(variant: dict, reference: dict) -> list[float]:
+    """``variant``'s curve times on ``reference``'s clock: matched at the marks both have
+    (:func:`reorder.compare.align_times`), so a variant whose step ran slower or faster lines up by what it did."""
+    from reorder.compare import align_times
+
+    ours, theirs = _marks(variant), _marks(reference)
+    common = sorted(set(ours) & set(theirs), key=lambda key: theirs[key])
+    return align_times([t for t, _ in variant["curve"]], [ours[k] for k in common], [theirs[k] for k in common],
+                       variant["curve"][-1][0], reference["curve"][-1][0])
+
+
 def plot(row: dict, path: Path) -> bool:
-    """Real allocated bytes over one step, stock against our hook (and slab), phases marked; False without matplotlib."""
+    """Real allocated bytes over one step, stock against our hook (and slab), phases marked; False without matplotlib.
+
+    Every curve is drawn on stock's clock, aligned at the compiled calls and phases (:func:`aligned_times`), so an
+    idle stretch of one variant never looks like memory saved."""
     try:
         import matplotlib
 
@@ -352,21 +377,24 @@ def plot(row: dict, path: Path) -> bool:
     except ImportError:
         return False
     v = row["variants"]
+    reference = v.get("stock") if v.get("stock", {}).get("curve") else None
     fig, ax = plt.subplots(figsize=(8, 3.2))
     for name, style in (("stock", "-"), ("hook", "--"), ("slab", ":")):
         if name in v and v[name].get("curve"):
-            t, live = zip(*v[name]["curve"], strict=True)
-            ax.plot([x / (t[-1] or 1.0) for x in t], [y / 1e6 for y in live], style,
+            t = aligned_times(v[name], reference) if reference else [p[0] for p in v[name]["curve"]]
+            end = reference["curve"][-1][0] if reference else t[-1]
+            ax.plot([x / (end or 1.0) for x in t], [y / 1e6 for _, y in v[name]["curve"]], style,
                     label=f"{name} (peak {_mb(v[name]['real_peak'])} MB)")
     stock_curve = v.get("stock", {}).get("curve") or [[1.0, 0]]
     for phase, region in v.get("stock", {}).get("phases", {}).items():
         start, end = (region[k] / (stock_curve[-1][0] or 1.0) for k in ("start", "end"))
         ax.axvspan(start, end, alpha=0.08, color={"forward": "C0", "backward": "C1"}.get(phase, "C2"))
         ax.text(start, ax.get_ylim()[1] * 0.95, phase, fontsize=7, va="top")
-    ax.set_xlabel("fraction of the step, each variant on its own clock (stock's phases shaded)")
+    ax.set_xlabel("progress through stock's step: every variant aligned at each compiled call and phase,\n"
+                  "its allocations evenly spaced between them", fontsize=8)
     ax.set_ylabel("allocated MB above start")
     ax.set_title(f"{row['model']} ({row['mode']}, batch {row['batch']})", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
