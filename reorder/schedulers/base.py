@@ -75,9 +75,10 @@ def option(default: Any, kind: type, low: float | None = None, *, above: bool = 
 
 
 class Method:
-    """Base of every ordering method (a frozen dataclass whose fields are its options): each option is
-    checked on construction, and a value it does not allow raises :class:`~reorder.errors.ReorderError`
-    naming the method, the option, the value and what is allowed."""
+    """Base of every ordering method: a frozen dataclass whose fields are its options, with a
+    ``run(graph, start) -> MethodOutcome``. Each option is checked on construction, and a value it
+    does not allow raises :class:`~reorder.errors.ReorderError` naming the method, the option, the
+    value and what is allowed."""
 
     name: ClassVar[str]
 
@@ -100,9 +101,6 @@ class Method:
         if not allowed:
             return "it takes no options"
         return "options: " + ", ".join(f"{key} ({rule})" for key, rule in allowed.items())
-
-    def run(self, graph: Graph, start: Sequence[int]) -> MethodOutcome:
-        raise NotImplementedError
 
 
 METHODS: dict[str, type[Method]] = {}

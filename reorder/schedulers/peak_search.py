@@ -42,8 +42,11 @@ under ``T`` whenever there is one (so a "no" is still a proof):
 The program's first step is the exception to all three: it also frees the
 graph inputs nobody reads, so every ready node is tried there, alone.
 
-Both limits are counts (sets seen), so the answer never depends on the
-machine. Peaks are in Inductor 2.13's live-bytes model
+Both limits are counts, of the sets seen and of the bytes they hold (every
+set counted as the Python int it is, see :class:`PeakSearch`), so the answer
+never depends on the machine. The facts the search reads about each node (what
+it allocates, what it frees once which other readers have run) come from
+:class:`~reorder.schedulers.node_sets.NodeSets`, which refine's windows share. Peaks are in Inductor 2.13's live-bytes model
 (:mod:`reorder.timeline`; both of its estimators give the same peak).
 This is the dynamic program of Serenity (Ahn et al., MLSys 2020) asked as a
 decision problem, with the dominance rules above in place of its graph

@@ -13,13 +13,15 @@ before them already run: a short window of an order is one move of the
 refinement pass (the whole graph is the exact method's, which asks the same
 recurrence as a decision question: :mod:`reorder.schedulers.peak_search`). States whose peak
 already reaches ``bound`` are pruned, which keeps the search to orders that
-beat the one we have; ``max_states`` caps the work, and the search then says
-it gave up, and so does ``max_bytes``, the bytes the remembered sets may hold
-(counted: :func:`window_state_bytes` each, every level being kept to read
-the order back).
+beat the one we have; ``max_states`` caps the work and ``max_bytes`` the
+bytes the remembered states may hold (counted: :func:`window_state_bytes`
+each, every level being kept to read the order back), and the search then
+says which stopped it.
 
-Sets are Python ints used as bitmasks over the free nodes. Peaks are in
-Inductor's live-bytes model (:mod:`reorder.timeline`).
+Sets are Python ints used as bitmasks over the free nodes, and what each
+node allocates and frees comes from the window's
+:class:`~reorder.schedulers.node_sets.NodeSets` (shared with the exact
+search). Peaks are in Inductor's live-bytes model (:mod:`reorder.timeline`).
 """
 
 from __future__ import annotations
