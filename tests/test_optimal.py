@@ -126,3 +126,14 @@ def test_recorded_optima_cover_the_bundled_graphs_and_agree_with_them():
         assert lower_bound(graph) <= record.bound <= record.peak <= record.default_peak
         assert record.default_peak == reorder_for_peak_memory(graph).peak
 
+
+
+def test_a_peak_search_over_its_byte_budget_hands_over_to_cp_sat():
+    """``search_bytes`` too small for even the search's arrays: nothing is searched, CP-SAT proves the same minimum."""
+    graph = load_graph(GRAPHS / "mlp_train_1.json")
+    start = list(range(graph.num_nodes))
+    searched = Optimal(effort=5).run(graph, start)
+    solved = Optimal(effort=5, search_bytes=1).run(graph, start)
+    assert searched.note.startswith("proven optimal by the peak search") and solved.note == "proven optimal"
+    assert searched.optimal and solved.optimal
+    assert estimate_peak_memory(graph, solved.order).peak == estimate_peak_memory(graph, searched.order).peak

@@ -158,3 +158,58 @@ def test_a_certified_bound_on_a_full_depth_graph_the_search_cannot_finish():
     result = minimum_peak(graph, default.order, 2_000, 20_000)
     assert not result.proven and result.peak <= default.peak == 652_542_976
     assert 0.99 * result.peak <= result.bound <= result.peak
+
+
+def parallel_chains(chains: int, length: int):
+    """``chains`` parallel chains of ``length`` nodes, buffers of several widths, one sink reading every tail:
+    the sets of nodes that ran are every mix of chain prefixes, so the search's sets grow fast."""
+    nodes, tails = [], []
+    for c in range(chains):
+        previous = "x"
+        for k in range(length):
+            name = f"c{c}_{k}"
+            nodes.append(NodeSpec(name, [BufferSpec(f"b{name}", 64 * (1 + c % 5) * (1 + k % 2))], reads=[previous]))
+            previous = f"b{name}"
+        tails.append(previous)
+    nodes.append(NodeSpec("sink", [BufferSpec("out", 64)], reads=tails))
+    return build_graph(nodes, [InputSpec("x", 4096)], ["out"], name=f"chains_{chains}x{length}")
+
+
+def test_the_bytes_a_search_holds_stay_under_its_byte_budget():
+    """The count is a bound on real memory: the search's allocations (traced) never exceed ``max_bytes``."""
+    import tracemalloc
+
+    graph = parallel_chains(20, 20)
+    graph.descendants  # the graph's own cache, built before tracing
+    max_bytes = 2 * 2**20
+    start = list(range(graph.num_nodes))
+    tracemalloc.start()
+    try:
+        result = minimum_peak(graph, start, 10**9, max_bytes=max_bytes)
+        traced = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.stopped_by == "max_bytes" and not result.proven
+    fit = (max_bytes - PeakSearch.array_bytes(graph)) // PeakSearch.state_bytes(graph)
+    assert result.states > fit  # over every question asked; the last one stopped at fit + 1 sets
+    assert traced <= max_bytes
+
+
+def test_a_byte_budget_is_a_count_of_sets():
+    """The same answer as a state budget of as many sets: never a measurement of the machine."""
+    graph = parallel_chains(6, 5)
+    start = list(range(graph.num_nodes))
+    sets = 40
+    by_bytes = minimum_peak(graph, start, 10**9, max_bytes=PeakSearch.array_bytes(graph)
+                            + sets * PeakSearch.state_bytes(graph))
+    by_states = minimum_peak(graph, start, sets, max_bytes=None)
+    assert (by_bytes.order, by_bytes.states, by_bytes.stopped_by) == (by_states.order, by_states.states, "max_bytes")
+    assert by_states.stopped_by == "max_states"
+
+
+def test_a_graph_whose_arrays_exceed_the_byte_budget_is_not_searched():
+    graph = parallel_chains(3, 3)
+    start = list(range(graph.num_nodes))
+    result = minimum_peak(graph, start, 10**6, max_bytes=PeakSearch.array_bytes(graph) - 1)
+    assert (result.order, result.states, result.stopped_by, result.proven) == (start, 0, "max_bytes", False)
+    assert minimum_peak(graph, start, 10**6).proven  # the default budget holds this graph many times over

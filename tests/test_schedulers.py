@@ -7,9 +7,11 @@ from hypothesis import given, settings
 from helpers import FIGURES, GRAPH_NAMES, GRAPHS, all_topological_orders, build, graph_specs
 
 from reorder import BufferSpec, NodeSpec, ReorderError, build_graph, estimate_peak_memory, load_graph
-from reorder.schedulers import METHODS, bfs_order, dfs_order, lpmf_order, reorder_for_peak_memory
+from reorder.schedulers import (METHODS, bfs_order, dfs_order, lpmf_order, make_method, reorder_for_peak_memory,
+                               split_methods)
 from reorder.schedulers.exact import Exact
-from reorder.schedulers.refine import refine_order
+from reorder.schedulers.optimal import Optimal
+from reorder.schedulers.refine import Refine, refine_order
 
 PORTS = {"lpmf": lpmf_order, "bfs": bfs_order, "dfs": dfs_order}
 
@@ -146,11 +148,83 @@ def test_method_specs_and_errors():
     assert set(result.peaks) == {"baseline", "exact", "refine"}
     with pytest.raises(ReorderError, match="unknown method 'fastest'"):
         reorder_for_peak_memory(graph, ["fastest"])
-    with pytest.raises(ReorderError, match="option 'window=big' is not key=number"):
-        reorder_for_peak_memory(graph, ["refine:window=big"])
-    with pytest.raises(ReorderError, match="unexpected keyword argument 'colour'"):
-        reorder_for_peak_memory(graph, ["refine:colour=1"])
     assert {"baseline", "lpmf", "bfs", "dfs", "refine", "exact"} <= set(METHODS)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("exact:max_state=10", "method 'exact': unknown option 'max_state'; options: max_states (int >= 1), "
+                           "max_nodes (int >= 1), max_bytes (int >= 1)"),
+    ("bfs:depth=2", "method 'bfs': unknown option 'depth'; it takes no options"),
+    ("exact:max_states=-1", "method 'exact': option max_states=-1: expected int >= 1"),
+    ("exact:max_states=0", "method 'exact': option max_states=0: expected int >= 1"),
+    ("exact:max_states=1.5", "method 'exact': option max_states='1.5': expected int >= 1"),
+    ("refine:window=big", "method 'refine': option window='big': expected int >= 1"),
+    ("refine:move_candidates=-1", "method 'refine': option move_candidates=-1: expected int >= 0"),
+    ("lpmf:size_threshold=-5", "method 'lpmf': option size_threshold=-5: expected int >= 0"),
+    ("optimal:effort=0", "method 'optimal': option effort=0.0: expected number > 0"),
+    ("optimal:model=exactly", "method 'optimal': option model='exactly': expected one of 'net', 'allocfree'"),
+    ("optimal:accept_gap=-0.1", "method 'optimal': option accept_gap=-0.1: expected number >= 0"),
+    ("refine:window", "method 'refine': option 'window' is not key=value"),
+    ("refine:=4", "method 'refine': option '=4' is not key=value"),
+    ("exact:max_states=5:max_states=6", "method 'exact': option 'max_states' given twice"),
+])
+def test_a_bad_method_option_is_one_line_naming_method_option_value_and_what_is_allowed(spec, message):
+    assert message_of(make_method, spec) == message
+
+
+def message_of(call, *args) -> str:
+    """The message of the :class:`ReorderError` that ``call(*args)`` raises."""
+    with pytest.raises(ReorderError) as caught:
+        call(*args)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"max_states": -1}, "method 'exact': option max_states=-1: expected int >= 1"),
+    ({"max_nodes": True}, "method 'exact': option max_nodes=True: expected int >= 1"),
+    ({"max_states": "10"}, "method 'exact': option max_states='10': expected int >= 1"),
+])
+def test_python_callers_get_the_same_checks_as_the_command_line(options, message):
+    assert message_of(lambda: Exact(**options)) == message
+
+
+def test_options_of_every_kind_are_read_from_the_command_line():
+    assert make_method("optimal:effort=2:workers=3:model=allocfree:accept_gap=0") == Optimal(
+        effort=2.0, workers=3, model="allocfree", accept_gap=0.0)
+    assert make_method("refine:move_candidates=0") == Refine(move_candidates=0)  # 0: no single-node moves
+    assert make_method("exact:") == Exact()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "methods '': name at least one method; known: baseline, bfs, dfs, exact, lpmf, optimal, refine"),
+    (" , ", "methods ' , ': name at least one method; known: baseline, bfs, dfs, exact, lpmf, optimal, refine"),
+    ("max_states=5,exact", "methods 'max_states=5,exact': option 'max_states=5' comes before any method"),
+])
+def test_a_method_list_that_names_no_method_is_an_error(text, message):
+    assert message_of(split_methods, text) == message
+
+
+def test_split_methods_joins_options_to_the_method_before_them():
+    assert split_methods("lpmf, optimal:effort=5,workers=2 ,exact") == ["lpmf", "optimal:effort=5:workers=2", "exact"]
+
+
+def test_an_empty_method_list_is_an_error_not_a_baseline_only_run():
+    graph = load_graph(GRAPHS / "mlp_train_1.json")
+    assert message_of(reorder_for_peak_memory, graph, []) == (
+        "methods: name at least one method; known: baseline, bfs, dfs, exact, lpmf, optimal, refine")
+
+
+def test_cli_prints_the_method_options_and_exits_2(capsys):
+    from reorder.cli import main
+
+    path = str(GRAPHS / "mlp_train_1.json")
+    assert main(["optimize", path, "--methods", "exact:max_state=10"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "reorder: error: method 'exact': unknown option 'max_state'; options: max_states (int >= 1), "
+        "max_nodes (int >= 1), max_bytes (int >= 1)")
+    assert main(["optimize", path, "--methods", ""]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "reorder: error: methods '': name at least one method; known: baseline, bfs, dfs, exact, lpmf, optimal, refine")
 
 
 def test_exact_skips_graphs_too_large_for_its_bitmasks_before_allocating_them():
@@ -176,3 +250,31 @@ def test_refine_effort_is_counted_not_timed(monkeypatch):
     assert len(calls) <= 20 + 2  # the budget, plus the first and the last estimate
     assert estimate_peak_memory(graph, order).peak <= estimate_peak_memory(graph, start).peak
     assert refine_order(graph, start, max_work=20 * unit) == order  # same counts, same answer
+
+
+def test_exact_says_when_its_node_sets_reach_max_bytes():
+    from reorder.schedulers.peak_search import PeakSearch
+
+    graph = load_graph(GRAPHS / "resnet18_train_1.json")
+    start = list(range(graph.num_nodes))
+    max_bytes = PeakSearch.array_bytes(graph) + 5 * PeakSearch.state_bytes(graph)
+    outcome = Exact(max_bytes=max_bytes).run(graph, start)
+    assert outcome.note == (f"gave up after 6 states: their node sets reached max_bytes={max_bytes} "
+                            f"({PeakSearch.state_bytes(graph)} bytes a set)")
+    assert not outcome.optimal and outcome.order == Exact(max_states=5).run(graph, start).order
+    skipped = Exact(max_bytes=1000).run(graph, start)
+    assert skipped.note == f"skipped: its arrays would take {PeakSearch.array_bytes(graph)} bytes (max_bytes=1000)"
+    assert skipped.order == start
+
+
+def test_refine_says_when_its_windows_reach_max_bytes():
+    from reorder.schedulers.subsets import window_state_bytes
+
+    graph = load_graph(GRAPHS / "gpt_train_1.json")
+    start = list(range(graph.num_nodes))
+    tight = Refine(max_bytes=3 * window_state_bytes(8)).run(graph, start)
+    assert tight.note.endswith(f"window searches stopped at max_bytes={3 * window_state_bytes(8)} "
+                               f"({window_state_bytes(8)} bytes a state)")
+    assert estimate_peak_memory(graph, tight.order).peak <= estimate_peak_memory(graph, start).peak
+    default = Refine().run(graph, start)
+    assert default.note == "" and default.order == refine_order(graph, start)

@@ -6,14 +6,14 @@ from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
 from ..graph import Graph
-from .base import MethodOutcome, register
+from .base import Method, MethodOutcome, register
 
 __all__ = ["Baseline"]
 
 
 @register
 @dataclass(frozen=True)
-class Baseline:
+class Baseline(Method):
     """Keep nodes in the order the graph lists them."""
 
     name: ClassVar[str] = "baseline"

@@ -18,7 +18,7 @@ from typing import Iterable, Mapping, Sequence
 from ..errors import ReorderError
 from ..graph import Graph
 from ..timeline import estimate_peak_memory, lower_bound
-from .base import METHODS, MethodOutcome
+from .base import METHODS, Method, MethodOutcome
 
 __all__ = ["DEFAULT_METHODS", "ReorderResult", "reorder_for_peak_memory", "make_method", "split_methods"]
 
@@ -59,52 +59,51 @@ class ReorderResult:
         return (self.peak - self.lower_bound) / self.lower_bound if self.lower_bound else 0.0
 
 
-def _option_value(text: str):
-    """An option's value: an int, a float, or else the text itself (for text options: a model name)."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
-def _takes_text(cls: type, key: str) -> bool:
-    """Whether option ``key`` of method ``cls`` is text (its default is a string)."""
-    return isinstance(getattr(cls, key, None), str)
-
-
 def split_methods(text: str) -> list[str]:
     """Method specs from a comma-separated list; an item that is only ``key=value`` is one more option
-    of the method before it, so ``optimal:effort=5,workers=2`` reads like ``optimal:effort=5:workers=2``."""
+    of the method before it, so ``optimal:effort=5,workers=2`` reads like ``optimal:effort=5:workers=2``.
+    A list that names no method raises :class:`~reorder.errors.ReorderError`."""
     specs: list[str] = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
-        if specs and ":" not in item and "=" in item:
+        if ":" not in item and "=" in item:
+            if not specs:
+                raise ReorderError(f"methods {text!r}: option {item!r} comes before any method")
             specs[-1] += ":" + item
         else:
             specs.append(item)
+    if not specs:
+        raise ReorderError(f"methods {text!r}: name at least one method; known: {', '.join(sorted(METHODS))}")
     return specs
 
 
-def make_method(spec):
-    """A method instance from a name (``"lpmf"``), a ``name:key=value:key=value`` string, or an instance."""
+def make_method(spec: str | Method) -> Method:
+    """A method instance from a name (``"lpmf"``), a ``name:key=value:key=value`` string, or an instance.
+
+    Every error is a :class:`~reorder.errors.ReorderError` of one line naming the method, the option and
+    what is allowed: an unknown method or option (with the known ones), an item that is not
+    ``key=value``, an option given twice, a value of the wrong kind or out of range (checked by the
+    method's own dataclass, so ``Exact(max_states=-1)`` says the same).
+    """
     if not isinstance(spec, str):
         return spec
-    name, *options = spec.split(":")
+    name, *items = spec.split(":")
     if name not in METHODS:
         raise ReorderError(f"unknown method {name!r}; known: {', '.join(sorted(METHODS))}")
-    kwargs = {}
-    for item in filter(None, options):
-        key, equals, value = item.partition("=")
-        kwargs[key] = _option_value(value)
-        if not key or not equals or isinstance(kwargs[key], str) and not _takes_text(METHODS[name], key):
-            raise ReorderError(f"method {name!r}: option {item!r} is not key=number")
-    try:
-        return METHODS[name](**kwargs)
-    except TypeError as exc:
-        raise ReorderError(f"method {name!r}: {exc}") from None
+    cls = METHODS[name]
+    allowed = cls.allowed()
+    values = {}
+    for item in filter(None, items):
+        key, equals, text = item.partition("=")
+        if not key or not equals:
+            raise ReorderError(f"method {name!r}: option {item!r} is not key=value")
+        if key not in allowed:
+            raise ReorderError(f"method {name!r}: unknown option {key!r}; {cls.describe_options()}")
+        if key in values:
+            raise ReorderError(f"method {name!r}: option {key!r} given twice")
+        values[key] = allowed[key].parse(text)
+    return cls(**values)
 
 
 def reorder_for_peak_memory(
@@ -126,6 +125,8 @@ def reorder_for_peak_memory(
     says so in ``notes["safety_cap"]``.
     """
     instances = [make_method(m) for m in (DEFAULT_METHODS if methods is None else methods)]
+    if not instances:
+        raise ReorderError(f"methods: name at least one method; known: {', '.join(sorted(METHODS))}")
     bound = lower_bound(graph)
     log.info("reordering %s for peak memory -- %d nodes", graph.name, graph.num_nodes)
     started = t0 = time.perf_counter()

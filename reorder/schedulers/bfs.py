@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..graph import Graph, Kahn
-from .base import register, simple
+from .base import Method, register, simple
 
 __all__ = ["bfs_order", "Bfs"]
 
@@ -37,7 +37,7 @@ def bfs_order(graph: Graph) -> list[int]:
 
 @register
 @dataclass(frozen=True)
-class Bfs:
+class Bfs(Method):
     """Inductor's BFS: earliest-predecessors first."""
 
     name: ClassVar[str] = "bfs"

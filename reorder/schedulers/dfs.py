@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..graph import Graph
-from .base import register, simple
+from .base import Method, register, simple
 
 __all__ = ["dfs_order", "Dfs"]
 
@@ -52,7 +52,7 @@ def dfs_order(graph: Graph) -> list[int]:
 
 @register
 @dataclass(frozen=True)
-class Dfs:
+class Dfs(Method):
     """Inductor's DFS: smallest working set first, producers before consumers."""
 
     name: ClassVar[str] = "dfs"

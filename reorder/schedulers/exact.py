@@ -9,10 +9,14 @@ recomputations and gradient reductions are cut by its dominance rules) and
 exponential in the width for wide ones; ``max_states`` stops the search and
 the method returns the best order it found, with a note.
 
-States are bitmasks over all nodes, so the memory is about ``max_states``
-times ``N / 8`` bytes plus ``N**2 / 16`` for the predecessor masks; graphs
-above ``max_nodes`` nodes are skipped (with a note) before anything is
-allocated. Both limits are counts, so the answer never depends on the
+States are bitmasks over all nodes, so each set the search remembers holds
+about ``4 N / 8`` bytes (the set, and the ready, wanted and short nodes of its
+entry on the stack) and its arrays about ``7 N`` such sets; ``max_bytes``
+bounds the two together (counted, see
+:class:`~reorder.schedulers.peak_search.PeakSearch`): the search gives up
+when its sets would hold more, with a note, and a graph whose arrays alone
+would is skipped before anything is built. Graphs above ``max_nodes`` nodes
+are skipped too. Every limit is a count, so the answer never depends on the
 machine's speed or load.
 """
 
@@ -23,30 +27,41 @@ from typing import ClassVar, Sequence
 
 from ..graph import Graph
 from ..timeline import estimate_peak_memory, lower_bound
-from .base import MethodOutcome, register
-from .peak_search import minimum_peak
+from .base import Method, MethodOutcome, option, register
+from .node_sets import STATE_BYTES
+from .peak_search import PeakSearch, minimum_peak
 
 __all__ = ["Exact"]
 
 
 @register
 @dataclass(frozen=True)
-class Exact:
+class Exact(Method):
     """The minimum peak over every order (Serenity's set search, asked as "is there an order under
-    T?" with dominance rules), with a budget of sets seen."""
+    T?" with dominance rules), with budgets of sets seen (``max_states``), graph size (``max_nodes``)
+    and bytes of node sets held (``max_bytes``)."""
 
     name: ClassVar[str] = "exact"
-    max_states: int = 50_000
-    max_nodes: int = 5_000
+    max_states: int = option(50_000, int, 1)
+    max_nodes: int = option(5_000, int, 1)
+    max_bytes: int = option(STATE_BYTES, int, 1)
 
     def run(self, graph: Graph, start: Sequence[int]) -> MethodOutcome:
         start = list(start)
         peak = estimate_peak_memory(graph, start).peak
-        if peak <= lower_bound(graph):
+        bound = lower_bound(graph)
+        if peak <= bound:
             return MethodOutcome(start, optimal=True, note="starting order meets the lower bound")
         if graph.num_nodes > self.max_nodes:
             return MethodOutcome(start, note=f"skipped: {graph.num_nodes} nodes (max_nodes={self.max_nodes})")
-        result = minimum_peak(graph, start, self.max_states)
+        result = minimum_peak(graph, start, self.max_states, floor=bound, max_bytes=self.max_bytes)
+        if result.stopped_by == "max_bytes" and not result.states:
+            return MethodOutcome(start, note=f"skipped: its arrays would take {PeakSearch.array_bytes(graph)} bytes "
+                                             f"(max_bytes={self.max_bytes})")
+        if result.stopped_by == "max_bytes":
+            return MethodOutcome(result.order, note=f"gave up after {result.states} states: their node sets reached "
+                                                    f"max_bytes={self.max_bytes} ({PeakSearch.state_bytes(graph)} "
+                                                    f"bytes a set)")
         if not result.proven:
             return MethodOutcome(result.order, note=f"gave up after {result.states} states (max_states={self.max_states})")
         if result.peak == peak:

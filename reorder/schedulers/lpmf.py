@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..graph import Graph, Kahn
-from .base import register, simple
+from .base import Method, option, register, simple
 
 __all__ = ["lpmf_order", "Lpmf"]
 
@@ -186,9 +186,9 @@ def lpmf_order(graph: Graph, size_threshold: int = 0) -> list[int]:
 
 @register
 @dataclass(frozen=True)
-class Lpmf:
+class Lpmf(Method):
     """Inductor's LPMF greedy, same order, O((N + E) log N)."""
 
     name: ClassVar[str] = "lpmf"
-    size_threshold: int = 0
+    size_threshold: int = option(0, int, 0)
     run = simple(lpmf_order)

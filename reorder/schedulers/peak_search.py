@@ -42,8 +42,11 @@ under ``T`` whenever there is one (so a "no" is still a proof):
 The program's first step is the exception to all three: it also frees the
 graph inputs nobody reads, so every ready node is tried there, alone.
 
-Both limits are counts (sets seen), so the answer never depends on the
-machine. Peaks are in Inductor 2.13's live-bytes model
+Both limits are counts, of the sets seen and of the bytes they hold (every
+set counted as the Python int it is, see :class:`PeakSearch`), so the answer
+never depends on the machine. The facts the search reads about each node (what
+it allocates, what it frees once which other readers have run) come from
+:class:`~reorder.schedulers.node_sets.NodeSets`, which refine's windows share. Peaks are in Inductor 2.13's live-bytes model
 (:mod:`reorder.timeline`; both of its estimators give the same peak).
 This is the dynamic program of Serenity (Ahn et al., MLSys 2020) asked as a
 decision problem, with the dominance rules above in place of its graph
@@ -53,80 +56,92 @@ rewriting.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from functools import partial
+from typing import NamedTuple, Sequence
 
 from ..errors import ReorderError
 from ..graph import Graph
 from ..timeline import estimate_peak_memory, lower_bound
+from .node_sets import STATE_BYTES, NodeSets, bits, int_bytes
 
-__all__ = ["Minimum", "PeakSearch", "Search", "minimum_peak"]
+__all__ = ["LimitAnswer", "MinimumAnswer", "PeakSearch", "SetState", "minimum_peak"]
+
+#: The bytes one remembered set holds besides its four node sets: its slot among the sets seen, and its
+#: entry on the stack (the :class:`SetState` record, its live bytes, the tuple and list around them).
+STATE_OVERHEAD = 288
 
 
 @dataclass(frozen=True)
-class Search:
-    """One question "is there an order whose peak is at most ``limit``?".
+class LimitAnswer:
+    """The answer to one question "is there an order whose peak is at most ``limit``?".
 
-    ``order`` is such an order, or None. ``complete``: every set was seen, so
-    None means there is none (a proof); False when ``max_states`` stopped it.
+    ``order`` is such an order, or None. ``stopped_by``: ``""`` when every set
+    was seen (:attr:`complete`: then None means there is none, a proof), else the
+    budget that stopped the search (``"max_states"`` or ``"max_bytes"``).
     """
 
     order: list[int] | None
-    complete: bool
     states: int
+    stopped_by: str = ""
+
+    @property
+    def complete(self) -> bool:
+        return not self.stopped_by
 
 
 @dataclass(frozen=True)
-class Minimum:
-    """The lowest peak found (``peak``, of ``order``); ``proven``: it is the minimum over every
-    order; ``bound``: no order's peak is below it (``peak`` once proven); the sets seen over all
-    the questions asked."""
+class MinimumAnswer:
+    """The answer to "what is the minimum peak?": the lowest peak found (``peak``, of ``order``);
+    ``proven``: it is the minimum over every order; ``bound``: no order's peak is below it (``peak``
+    once proven); the sets seen over all the questions asked; ``stopped_by``: unless proven, the
+    budget that stopped the search for lower peaks (``"max_states"`` or ``"max_bytes"``)."""
 
     order: list[int]
     peak: int
     proven: bool
     bound: int
     states: int
+    stopped_by: str = ""
+
+
+class SetState(NamedTuple):
+    """Where the search stands: the set of nodes that ran (``done``), the bytes live after them, the
+    nodes whose predecessors all ran (``ready``) and the non-producers that may run next with the
+    producers they pull in (``wanted``). Sets are bitmasks over node ids."""
+
+    done: int
+    live: int
+    ready: int
+    wanted: int
+
+
+#: ``SetState`` from a tuple of its fields in one C call: the search makes one per node it runs, and
+#: the class's own constructor (or ``_make``) is a Python function that costs it about a tenth of its time.
+_new_state = partial(tuple.__new__, SetState)
 
 
 class PeakSearch:
-    """The search's arrays for one graph, built once: bitmasks of predecessors, what each node
-    frees and when, producers and the non-producers that pull them in (see the module docstring)."""
+    """The search's arrays for one graph, built once: the node sets' bitmasks and frees
+    (:class:`~reorder.schedulers.node_sets.NodeSets`), producers and the non-producers that pull them
+    in (see the module docstring).
+
+    Memory is counted, never measured: every set over the graph's nodes counts as a Python int of
+    that many bits (:func:`~reorder.schedulers.node_sets.int_bytes`), so the arrays take at most
+    :meth:`array_bytes` and each remembered set at most :meth:`state_bytes`; a question stops once
+    its sets would hold more than ``max_bytes`` with the arrays (the same count on every machine).
+    """
 
     def __init__(self, graph: Graph):
         n = graph.num_nodes
         self.graph = graph
-        self.alloc = list(graph.alloc_size)
-        self.pred_mask = [0] * n
-        for v in range(n):
-            for p in graph.preds[v]:
-                self.pred_mask[v] |= 1 << p
-        self.succs = [tuple(graph.succs[v]) for v in range(n)]
-        readers = [0] * graph.num_buffers
-        for b in range(graph.num_buffers):
-            for r in graph.readers[b]:
-                readers[b] |= 1 << r
-        # Frees of each node: (bytes, readers other than the node that must have run).
-        self.frees: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-        for v in range(n):
-            for b in graph.reads[v]:
-                if not graph.is_output[b]:
-                    self.frees[v].append((graph.size_free[b], readers[b] & ~(1 << v)))
-            for b in graph.outputs[v]:
-                if not graph.is_output[b] and not graph.readers[b]:
-                    self.frees[v].append((graph.size_free[b], 0))
-        self.unread_inputs = sum(
-            graph.size_free[b] for b in range(graph.num_buffers)
-            if graph.is_input[b] and not graph.readers[b] and not graph.is_output[b]
-        )
+        self.sets = sets = NodeSets(graph)
+        self.alloc, self.pred_mask, self.succs, self.frees = sets.alloc, sets.pred_mask, sets.succs, sets.frees
+        self.freed = sets.freed
         self.live_at_start = sum(graph.size_alloc[b] for b in range(graph.num_buffers) if graph.is_input[b])
-        self.ready_at_start = sum(1 << v for v in range(n) if not self.pred_mask[v])
         # Nodes that could ever free what they allocate: the only candidates for a free move.
         self.may_free = sum(1 << v for v in range(n) if sum(size for size, _ in self.frees[v]) >= self.alloc[v])
         # What a node frees changes only when another reader of the same buffers runs.
-        self.co_readers = [0] * n
-        for b in range(graph.num_buffers):
-            for r in graph.readers[b]:
-                self.co_readers[r] |= readers[b]
+        self.co_readers = [(1 << v) | _union(need for _, need in self.frees[v]) for v in range(n)]
         descendants = graph.descendants
         self.producer = [
             bool(graph.succs[v]) and all(size == 0 or need & descendants[v] for size, need in self.frees[v])
@@ -135,6 +150,20 @@ class PeakSearch:
         self.sinks = sum(1 << v for v in range(n) if not graph.succs[v])
         self.non_producers = sum(1 << v for v in range(n) if not self.producer[v])
         self._pull_in_producers()
+
+    @staticmethod
+    def array_bytes(graph: Graph) -> int:
+        """At most the bytes of the arrays built for ``graph``, known before building them: seven node
+        sets per node (predecessors, co-readers, producers pulled in, non-producers needed, the graph's
+        ancestors and descendants, and the node's own bit) and one per buffer read (its other readers)."""
+        return int_bytes(graph.num_nodes) * (7 * graph.num_nodes + sum(len(r) for r in graph.reads))
+
+    @staticmethod
+    def state_bytes(graph: Graph) -> int:
+        """At most the bytes one remembered set holds: itself among the sets seen, and its entry
+        waiting on the stack (the nodes ready, wanted and known short: three more sets), with
+        :data:`STATE_OVERHEAD`."""
+        return 4 * int_bytes(graph.num_nodes) + STATE_OVERHEAD
 
     def _pull_in_producers(self) -> None:
         """``pulls[z]``: the producers a non-producer ``z`` runs with (its producer ancestors through
@@ -151,61 +180,57 @@ class PeakSearch:
         for z in range(n):
             if producer[z]:
                 continue
-            for x in (z, *_bits(self.pulls[z])):
+            for x in (z, *bits(self.pulls[z])):
                 for p in graph.preds[x]:
                     if not producer[p]:
                         self.needs[z] |= 1 << p
-            for p in _bits(self.needs[z]):
+            for p in bits(self.needs[z]):
                 self.waiting[p].append(z)
         self.wanted_at_start = sum(1 << z for z in range(n) if not producer[z] and not self.needs[z])
 
-    def _freed(self, v: int, after: int) -> int:
-        """The bytes ``v`` frees when it runs and ``after`` is the set that has run then (``v`` included)."""
-        freed = 0
-        for size, need in self.frees[v]:
-            if not need & ~after:
-                freed += size
-        return freed
-
-    def _run(self, done: int, live: int, ready: int, wanted: int, v: int) -> tuple[int, int, int, int]:
-        """Run ``v`` after ``done``: the new set, live bytes, ready nodes and runnable non-producers."""
-        after = done | (1 << v)
-        live += self.alloc[v] - self._freed(v, after) - (self.unread_inputs if not done else 0)
-        ready &= ~(1 << v)
-        wanted &= ~(1 << v)
+    def _run(self, state: SetState, v: int) -> SetState:
+        """Run ``v`` after ``state``'s set: the new set, live bytes, ready nodes and runnable non-producers."""
+        done, live, ready, wanted = state
+        bit = 1 << v
+        after = done | bit
+        live += self.alloc[v] - self.freed(v, after)
+        if not done:
+            live -= self.sets.unread_inputs
+        ready &= ~bit
+        wanted &= ~bit
+        pred_mask, needs = self.pred_mask, self.needs
         for w in self.succs[v]:
-            if not self.pred_mask[w] & ~after:
+            if not pred_mask[w] & ~after:
                 ready |= 1 << w
         for z in self.waiting[v]:
-            if not self.needs[z] & ~after and not after >> z & 1:
+            if not needs[z] & ~after and not after >> z & 1:
                 wanted |= 1 << z
-        return after, live, ready, wanted
+        return _new_state((after, live, ready, wanted))
 
-    def _free_moves(self, state: tuple[int, int, int, int], limit: int, ran: list[int],
-                    short: int) -> tuple[tuple[int, int, int, int], int]:
+    def _free_moves(self, state: SetState, limit: int, ran: list[int], short: int) -> tuple[SetState, int]:
         """Run every ready node that fits under ``limit`` and leaves no more bytes live, until none is left.
 
         ``short``: nodes known to free less than they allocate after ``state``'s set (what a node
         frees only grows when another reader of its buffers runs); returned updated.
         """
-        done, live, ready, wanted = state
-        if not done:
+        if not state.done:
             return state, short
-        alloc = self.alloc
+        alloc, freed = self.alloc, self.freed
         moved = True
         while moved:
             moved = False
-            for v in _bits(ready & self.may_free & ~short):
+            done, live, ready, _ = state
+            for v in bits(ready & self.may_free & ~short):
                 if live + alloc[v] > limit:
                     continue
-                if self._freed(v, done | (1 << v)) >= alloc[v]:
-                    done, live, ready, wanted = self._run(done, live, ready, wanted, v)
+                if freed(v, done | (1 << v)) >= alloc[v]:
+                    state = self._run(state, v)
                     short &= ~self.co_readers[v]
                     ran.append(v)
                     moved = True
                     break
                 short |= 1 << v
-        return (done, live, ready, wanted), short
+        return state, short
 
     def _moves(self, done: int, ready: int, wanted: int) -> list[list[int]]:
         """The branches at ``done`` (see the module docstring): every ready node alone at the first
@@ -213,13 +238,13 @@ class PeakSearch:
         topological one), except that a sink which would free nothing waits, unless it completes a
         buffer's readers together with the other sinks that read it, or only sinks are left."""
         if not done:
-            return [[v] for v in _bits(ready)]
-        units = {z: [*_bits(self.pulls[z] & ~done), z] for z in _bits(wanted)}
+            return [[v] for v in bits(ready)]
+        units = {z: [*bits(self.pulls[z] & ~done), z] for z in bits(wanted)}
         if not self.non_producers & ~done & ~self.sinks:
             return list(units.values())
         moves, waiting = [], []
         for z, unit in units.items():
-            if self.sinks >> z & 1 and not self._freed(z, done | self.pulls[z] | (1 << z)):
+            if self.sinks >> z & 1 and not self.freed(z, done | self.pulls[z] | (1 << z)):
                 waiting.append(z)
             else:
                 moves.append(unit)
@@ -229,53 +254,60 @@ class PeakSearch:
                 readers = (need & ~done) | (1 << z)
                 if size and readers not in blocks and not readers & ~(wanted & self.sinks):
                     blocks.add(readers)
-                    members = sorted(_bits(readers), key=lambda r: (r not in waiting, r))
+                    members = sorted(bits(readers), key=lambda r: (r not in waiting, r))
                     moves.append([v for r in members for v in units[r]])
         return moves
 
-    def order_within(self, limit: int, max_states: int) -> Search:
-        """An order whose peak is at most ``limit``, or the proof that none exists (within ``max_states`` sets)."""
+    def order_within(self, limit: int, max_states: int, max_bytes: int | None = None) -> LimitAnswer:
+        """An order whose peak is at most ``limit``, or the proof that none exists, within ``max_states``
+        sets and (unless None) ``max_bytes`` of arrays and sets held."""
+        cap, stopped_by = max_states, "max_states"
+        if max_bytes is not None:
+            fit = (max_bytes - self.array_bytes(self.graph)) // self.state_bytes(self.graph)
+            if fit < cap:
+                cap, stopped_by = max(fit, 0), "max_bytes"
         full = (1 << self.graph.num_nodes) - 1
         alloc = self.alloc
         seen: set[int] = set()
         path: list[int] = []
-        stack: list[tuple[tuple[int, int, int, int], int, list[int], int]] = [
-            ((0, self.live_at_start, self.ready_at_start, self.wanted_at_start), 0, [], 0)
+        stack: list[tuple[SetState, int, list[int], int]] = [
+            (SetState(0, self.live_at_start, self.sets.ready_at_start, self.wanted_at_start), 0, [], 0)
         ]
         while stack:
             state, depth, ran, short = stack.pop()
             del path[depth:]
             path.extend(ran)
-            done, live, ready, wanted = state
-            if done == full:
-                return Search(list(path), True, len(seen))
+            if state.done == full:
+                return LimitAnswer(list(path), len(seen))
             children = []
-            for move in self._moves(done, ready, wanted):
+            for move in self._moves(state.done, state.ready, state.wanted):
                 nxt, short_here = state, short
                 for v in move:
-                    if nxt[1] + alloc[v] > limit:
+                    if nxt.live + alloc[v] > limit:
                         break
-                    nxt = self._run(*nxt, v)
+                    nxt = self._run(nxt, v)
                     short_here &= ~self.co_readers[v]
                 else:
                     ran_here = list(move)
                     nxt, short_here = self._free_moves(nxt, limit, ran_here, short_here)
-                    if nxt[0] in seen:
+                    if nxt.done in seen:
                         continue
-                    seen.add(nxt[0])
-                    if len(seen) > max_states:
-                        return Search(None, False, len(seen))
-                    children.append((nxt[1] - live, nxt, ran_here, short_here))
+                    seen.add(nxt.done)
+                    if len(seen) > cap:
+                        return LimitAnswer(None, len(seen), stopped_by)
+                    children.append((nxt.live - state.live, nxt, ran_here, short_here))
             # Depth first, the child that leaves the fewest bytes live first.
             children.sort(key=lambda c: -c[0])
             stack.extend((nxt, len(path), ran_here, short_here) for _, nxt, ran_here, short_here in children)
-        return Search(None, True, len(seen))
+        return LimitAnswer(None, len(seen))
 
 
 def minimum_peak(graph: Graph, start: Sequence[int], max_states: int, bound_states: int = 0,
-                 floor: int | None = None) -> Minimum:
+                 floor: int | None = None, max_bytes: int | None = STATE_BYTES) -> MinimumAnswer:
     """The minimum peak over every order, starting from ``start``: ask for an order under the best
     peak so far until the answer is a proof that none exists, or the ``max_states`` sets are spent.
+    Each question holds at most ``max_bytes`` of arrays and sets (None: no limit); when the arrays
+    alone would take more, nothing is built and the answer is ``start``, stopped by ``"max_bytes"``.
 
     If they are spent first and ``bound_states`` > 0, a bisection between ``floor`` (a peak no
     order beats; default :func:`~reorder.timeline.lower_bound`) and the best peak certifies a
@@ -285,6 +317,8 @@ def minimum_peak(graph: Graph, start: Sequence[int], max_states: int, bound_stat
     """
     best = list(start)
     peak = estimate_peak_memory(graph, best).peak
+    if max_bytes is not None and PeakSearch.array_bytes(graph) > max_bytes:
+        return MinimumAnswer(best, peak, False, lower_bound(graph) if floor is None else floor, 0, "max_bytes")
     search = PeakSearch(graph)
     spent = 0
 
@@ -295,19 +329,20 @@ def minimum_peak(graph: Graph, start: Sequence[int], max_states: int, bound_stat
         return found
 
     while True:
-        answer = search.order_within(peak - 1, max_states - spent)
+        answer = search.order_within(peak - 1, max_states - spent, max_bytes)
         spent += answer.states
         if answer.order is None:
             break
         best, peak = answer.order, improve(answer.order, peak - 1)
     if answer.complete:
-        return Minimum(best, peak, True, peak, spent)
+        return MinimumAnswer(best, peak, True, peak, spent)
+    stopped_by = answer.stopped_by
     low = lower_bound(graph) if floor is None else floor  # no order is below ``low``
     high = peak - 1  # the highest limit still worth asking about
     left = bound_states
     while low <= high and left > 0:
         limit = (low + high) // 2
-        answer = search.order_within(limit, max(1, left // 4))
+        answer = search.order_within(limit, max(1, left // 4), max_bytes)
         left -= answer.states
         spent += answer.states
         if answer.order is not None:
@@ -317,12 +352,14 @@ def minimum_peak(graph: Graph, start: Sequence[int], max_states: int, bound_stat
             low = limit + 1
         else:
             high = limit - 1
-    return Minimum(best, peak, low > peak - 1, min(low, peak), spent)
+    proven = low > peak - 1
+    return MinimumAnswer(best, peak, proven, min(low, peak), spent, "" if proven else stopped_by)
 
 
-def _bits(mask: int):
-    """The set bits of ``mask``, lowest first."""
-    while mask:
-        low = mask & -mask
-        yield low.bit_length() - 1
-        mask ^= low
+
+def _union(masks) -> int:
+    """The union of bitmasks."""
+    union = 0
+    for mask in masks:
+        union |= mask
+    return union

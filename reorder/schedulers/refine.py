@@ -21,8 +21,11 @@ its start.
 Effort is counted, not timed: each full estimate and candidate scan costs
 the graph's size in work units (nodes + buffers + read edges), each window
 search its states times its width, and the pass stops once ``max_work`` is
-spent (or after ``max_rounds`` improvements). The same graph and options
-give the same order on any machine, under any load.
+spent (or after ``max_rounds`` improvements). Each window search holds at
+most ``max_bytes`` of node sets (counted, :func:`~reorder.schedulers.subsets.window_state_bytes`
+a state); a window that reaches it is given up like one that runs out of
+states, and the method's note says so. The same graph and options give the
+same order on any machine, under any load.
 """
 
 from __future__ import annotations
@@ -32,17 +35,20 @@ from typing import ClassVar, Sequence
 
 from ..graph import Graph
 from ..timeline import Timeline, estimate_peak_memory
-from .base import MethodOutcome, register
-from .subsets import solve_window
+from .base import Method, MethodOutcome, option, register
+from .node_sets import STATE_BYTES
+from .subsets import solve_window, window_state_bytes
 
 __all__ = ["Refine", "refine_order"]
 
 
 class _Budget:
-    """Work units left; :meth:`spend` says whether any remain."""
+    """Work units left; :meth:`spend` says whether any remain. ``windows_full``: window searches that
+    stopped on their byte budget."""
 
     def __init__(self, units: int):
         self.left = units
+        self.windows_full = 0
 
     def spend(self, units: int) -> bool:
         self.left -= units
@@ -58,7 +64,7 @@ def _live_before(graph: Graph, timeline: Timeline, step: int) -> int:
     return timeline.live[step] - graph.alloc_size[timeline.order[step]]
 
 
-def _try_windows(graph: Graph, timeline: Timeline, t: int, window: int, max_states: int,
+def _try_windows(graph: Graph, timeline: Timeline, t: int, window: int, max_states: int, max_bytes: int,
                  budget: _Budget) -> list[int] | None:
     order = list(timeline.order)
     step = timeline.lifetimes.step
@@ -67,7 +73,9 @@ def _try_windows(graph: Graph, timeline: Timeline, t: int, window: int, max_stat
     for first in range(max(0, t - w + 1), min(t, n - w) + 1):
         free = order[first:first + w]
         bound = max(timeline.live[first:first + w])
-        result = solve_window(graph, step, first, free, _live_before(graph, timeline, first), bound, max_states)
+        result = solve_window(graph, step, first, free, _live_before(graph, timeline, first), bound, max_states,
+                              max_bytes)
+        budget.windows_full += result.stopped_by == "max_bytes"
         if result.order is not None:
             return order[:first] + result.order + order[first + w:]
         if not budget.spend(result.states * w + w):
@@ -159,8 +167,16 @@ def refine_order(
     max_rounds: int = 200,
     move_candidates: int = 16,
     max_work: int = 5_000_000,
+    max_bytes: int = STATE_BYTES,
 ) -> list[int]:
-    """A topological order whose peak is at most that of ``start``, within ``max_work`` units of effort."""
+    """A topological order whose peak is at most that of ``start``, within ``max_work`` units of effort
+    and ``max_bytes`` of node sets held by each window search."""
+    return _refine(graph, start, window, max_states, max_rounds, move_candidates, max_work, max_bytes)[0]
+
+
+def _refine(graph: Graph, start: Sequence[int], window: int, max_states: int, max_rounds: int,
+            move_candidates: int, max_work: int, max_bytes: int) -> tuple[list[int], _Budget]:
+    """:func:`refine_order`, and the budget it left (which says how many windows reached ``max_bytes``)."""
     budget = _Budget(max_work)
     unit = _work_unit(graph)
     timeline = estimate_peak_memory(graph, start)
@@ -171,7 +187,7 @@ def refine_order(
         reader_steps = _last_two_reader_steps(graph, timeline.lifetimes.step)
         changed = None
         for t in [s for s in range(n) if timeline.live[s] == timeline.peak]:
-            changed = _try_windows(graph, timeline, t, window, max_states, budget)
+            changed = _try_windows(graph, timeline, t, window, max_states, max_bytes, budget)
             if changed is None and budget.spend(unit):
                 changed = _try_moves(graph, timeline, t, move_candidates, budget, reader_steps)
             if changed is not None or budget.left <= 0:
@@ -182,20 +198,26 @@ def refine_order(
         if _score(new) >= _score(timeline):
             break
         timeline = new
-    return list(timeline.order)
+    return list(timeline.order), budget
 
 
 @register
 @dataclass(frozen=True)
-class Refine:
+class Refine(Method):
     """Local search from the best order so far: exact window re-solves and single-node moves."""
 
     name: ClassVar[str] = "refine"
-    window: int = 8
-    max_states: int = 5_000
-    max_rounds: int = 200
-    move_candidates: int = 16
-    max_work: int = 5_000_000
+    window: int = option(8, int, 1)
+    max_states: int = option(5_000, int, 1)
+    max_rounds: int = option(200, int, 1)
+    move_candidates: int = option(16, int, 0)
+    max_work: int = option(5_000_000, int, 1)
+    max_bytes: int = option(STATE_BYTES, int, 1)
 
     def run(self, graph: Graph, start: Sequence[int]) -> MethodOutcome:
-        return MethodOutcome(refine_order(graph, start, **self.__dict__))
+        order, budget = _refine(graph, start, **self.__dict__)
+        note = ""
+        if budget.windows_full:
+            note = (f"{budget.windows_full} window searches stopped at max_bytes={self.max_bytes} "
+                    f"({window_state_bytes(self.window)} bytes a state)")
+        return MethodOutcome(order, note=note)

@@ -13,11 +13,15 @@ before them already run: a short window of an order is one move of the
 refinement pass (the whole graph is the exact method's, which asks the same
 recurrence as a decision question: :mod:`reorder.schedulers.peak_search`). States whose peak
 already reaches ``bound`` are pruned, which keeps the search to orders that
-beat the one we have; ``max_states`` caps the work, and the search then says
-it gave up.
+beat the one we have; ``max_states`` caps the work and ``max_bytes`` the
+bytes the remembered states may hold (counted: :func:`window_state_bytes`
+each, every level being kept to read the order back), and the search then
+says which stopped it.
 
-Sets are Python ints used as bitmasks over the free nodes. Peaks are in
-Inductor's live-bytes model (:mod:`reorder.timeline`).
+Sets are Python ints used as bitmasks over the free nodes, and what each
+node allocates and frees comes from the window's
+:class:`~reorder.schedulers.node_sets.NodeSets` (shared with the exact
+search). Peaks are in Inductor's live-bytes model (:mod:`reorder.timeline`).
 """
 
 from __future__ import annotations
@@ -26,22 +30,38 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..graph import Graph
+from .node_sets import NodeSets, int_bytes
 
-__all__ = ["WindowResult", "solve_window"]
+__all__ = ["WindowResult", "solve_window", "window_state_bytes"]
+
+#: The bytes a window's state holds besides its two sets: its slot in its level's dict and the record
+#: of its peak, live bytes, previous set and last node.
+WINDOW_STATE_OVERHEAD = 240
+
+
+def window_state_bytes(width: int) -> int:
+    """At most the bytes one state of a ``width``-node window holds: two sets of ``width`` bits (the set and
+    its ready nodes) and :data:`WINDOW_STATE_OVERHEAD`."""
+    return 2 * int_bytes(width) + WINDOW_STATE_OVERHEAD
 
 
 @dataclass(frozen=True)
 class WindowResult:
     """``order`` (of the free nodes) with window peak ``peak``, or None if nothing beat ``bound``.
 
-    ``complete`` is False when ``max_states`` stopped the search; then the
-    absence of an order proves nothing.
+    ``stopped_by`` names the budget that stopped the search (``"max_states"`` or
+    ``"max_bytes"``), or is empty when it saw every set (:attr:`complete`); a
+    stopped search's missing order proves nothing.
     """
 
     order: list[int] | None
     peak: int | None
-    complete: bool
     states: int
+    stopped_by: str = ""
+
+    @property
+    def complete(self) -> bool:
+        return not self.stopped_by
 
 
 def solve_window(
@@ -52,55 +72,26 @@ def solve_window(
     live_before: int,
     bound: int,
     max_states: int,
+    max_bytes: int | None = None,
 ) -> WindowResult:
     """Best order of ``free`` given that every node with ``step[v] < first`` already ran, with ``live_before`` bytes live.
 
     ``step`` is each node's step in an order of which ``free`` is the window
     starting at step ``first`` (``first = 0``: nothing ran yet); every node
     outside the window and after it must run after ``free``. Only orders
-    whose peak inside the window is below ``bound`` are returned.
+    whose peak inside the window is below ``bound`` are returned, within
+    ``max_states`` states and (unless None) ``max_bytes`` of states held.
     """
     k = len(free)
-    bit = {v: 1 << i for i, v in enumerate(free)}
+    cap, stopped_by = max_states, "max_states"
+    if max_bytes is not None and max_bytes // window_state_bytes(k) < cap:
+        cap, stopped_by = max_bytes // window_state_bytes(k), "max_bytes"
+    sets = NodeSets(graph, free, step, first)
+    alloc, pred_mask, succ_free, unread_inputs = sets.alloc, sets.pred_mask, sets.succs, sets.unread_inputs
     full = (1 << k) - 1
 
-    pred_mask = [0] * k
-    for i, v in enumerate(free):
-        for p in graph.preds[v]:
-            if p in bit:
-                pred_mask[i] |= bit[p]
-    succ_free = [[bit[s].bit_length() - 1 for s in graph.succs[v] if s in bit] for v in free]
-
-    # Frees each free node may cause: (bytes, mask of free readers that must have run).
-    frees: list[list[tuple[int, int]]] = [[] for _ in range(k)]
-    for i, v in enumerate(free):
-        for b in graph.reads[v]:
-            readers = graph.readers[b]
-            if graph.is_output[b] or any(step[r] >= first and r not in bit for r in readers):
-                continue
-            need = 0
-            for r in readers:
-                if r in bit:
-                    need |= bit[r]
-            frees[i].append((graph.size_free[b], need & ~(1 << i)))
-        for b in graph.outputs[v]:
-            if not graph.is_output[b] and not graph.readers[b]:
-                frees[i].append((graph.size_free[b], 0))
-    alloc = [graph.alloc_size[v] for v in free]
-    # A freeable input nobody reads is freed after the program's first step.
-    unread_inputs = 0
-    if first == 0:
-        unread_inputs = sum(
-            graph.size_free[b] for b in range(graph.num_buffers)
-            if graph.is_input[b] and not graph.readers[b] and not graph.is_output[b]
-        )
-
-    start_ready = 0
-    for i in range(k):
-        if pred_mask[i] == 0:
-            start_ready |= 1 << i
     # level: S -> (peak, live, ready, previous S, node index)
-    level: dict[int, tuple[int, int, int, int, int]] = {0: (0, live_before, start_ready, -1, -1)}
+    level: dict[int, tuple[int, int, int, int, int]] = {0: (0, live_before, sets.ready_at_start, -1, -1)}
     history: list[dict[int, tuple[int, int, int, int, int]]] = [level]
     states = 1
     for _ in range(k):
@@ -119,28 +110,25 @@ def solve_window(
                 old = nxt.get(t)
                 if old is not None and old[0] <= new_peak:
                     continue
-                after = during if s else during - unread_inputs
-                for size, need in frees[i]:
-                    if need & ~s == 0:
-                        after -= size
+                after = during - sets.freed(i, t) - (0 if s else unread_inputs)
                 if old is None:
                     new_ready = ready ^ low
                     for j in succ_free[i]:
                         if pred_mask[j] & ~t == 0:
                             new_ready |= 1 << j
                     states += 1
-                    if states > max_states:
-                        return WindowResult(None, None, False, states)
+                    if states > cap:
+                        return WindowResult(None, None, states, stopped_by)
                 else:
                     new_ready = old[2]
                 nxt[t] = (new_peak, after, new_ready, s, i)
         if not nxt:
-            return WindowResult(None, None, True, states)
+            return WindowResult(None, None, states)
         history.append(nxt)
         level = nxt
     final = level.get(full)
     if final is None:
-        return WindowResult(None, None, True, states)
+        return WindowResult(None, None, states)
     order: list[int] = []
     s = full
     for depth in range(k, 0, -1):
@@ -148,4 +136,4 @@ def solve_window(
         order.append(free[i])
         s = prev
     order.reverse()
-    return WindowResult(order, final[0], True, states)
+    return WindowResult(order, final[0], states)
