@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .errors import ReorderError
+from .errors import PlanError, ReorderError
 from .graph import Graph
 from .io import load_graph
 from .optima import OPTIMA_FILE, optimum_for
@@ -156,13 +156,18 @@ def plan_options(args: argparse.Namespace):
     from .planning import PlanOptions
 
     given = vars(args)
-    options = {key: given[key] for key in ("strategy", "alignment", "restarts", "exact", "nodes")
-               if given.get(key) is not None}
-    if given.get("seconds") is not None:
-        options["max_seconds"] = given["seconds"]
+    flags = {"strategy": "--strategy", "alignment": "--alignment", "restarts": "--restarts", "exact": "--exact",
+             "nodes": "--nodes", "seconds": "--seconds"}
+    options = {("max_seconds" if key == "seconds" else key): given[key] for key in flags if given.get(key) is not None}
     if "exclude_inputs" in given:
         options["include_inputs"] = not given["exclude_inputs"]
-    return PlanOptions(**options)
+    try:
+        return PlanOptions(**options)
+    except PlanError as exc:
+        field, _, why = str(exc).partition(": ")
+        flag = next((f for key, f in flags.items() if field.startswith(("max_seconds" if key == "seconds" else key)
+                                                                       + "=")), None)
+        raise PlanError(f"{flag} {given[flag.lstrip('-')]}: {why}" if flag else str(exc)) from None
 
 
 #: Printed when the wall-clock safety cap cut the slab search short.

@@ -163,7 +163,7 @@ def test_plan_cli_rejects_a_negative_cap():
                           capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines() == [
-        "reorder: error: max_seconds=-1.0: must be a positive number of seconds, or None for no cap"]
+        "reorder: error: --seconds -1.0: must be a positive number of seconds, or None for no cap"]
 
 
 @settings(max_examples=80)
