@@ -59,7 +59,9 @@ class VariantRun:
 
     ``error``: the script's (or the child's) error under this variant, None
     when it ran through; ``marks``: times (s, the run's own clock) where
-    compiled calls started and ended, in order; ``curve``: ``(s, bytes)``;
+    compiled calls started and ended, in order; ``curve``: ``(s, bytes)`` over the whole run, thinned to
+    :data:`CURVE_POINTS`; ``last_step_start`` and ``step_curve``: where the last step began and its own curve,
+    from there to the end, thinned separately (so that a short step keeps its detail);
     ``cuda``: ``max_memory_allocated``/``max_memory_reserved`` above the start.
     """
 
@@ -77,6 +79,7 @@ class VariantRun:
     cuda: dict | None = None
     snapshot: str | None = None
     last_step_start: float | None = None
+    step_curve: tuple[tuple[float, int], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -167,10 +170,11 @@ def thin(curve: Sequence[tuple[float, int]], points: int = CURVE_POINTS) -> list
     """The curve's highest point in each of ``points`` equal time buckets (its peak is always kept)."""
     if len(curve) <= points:
         return [tuple(p) for p in curve]
-    end = curve[-1][0] or 1.0
+    begin, end = curve[0][0], curve[-1][0]
+    span = (end - begin) or 1.0
     buckets: dict[int, tuple[float, int]] = {}
     for t, live in curve:
-        k = min(points - 1, int(t / end * points))
+        k = min(points - 1, int((t - begin) / span * points))
         if k not in buckets or live > buckets[k][1]:
             buckets[k] = (t, live)
     return [buckets[k] for k in sorted(buckets)]
@@ -242,9 +246,10 @@ def child_main(argv: Sequence[str] | None = None) -> int:
     last = forward_calls[-1].start if forward_calls else None
     marks = tuple(t for c in m.compiled_calls for t in (c.start, c.end))
     fallbacks = tuple(f"{f.stage} in {f.graph}: {f.reason}" for f in session.fallbacks) if session else ()
+    step_curve = tuple(thin([p for p in m.curve if p[0] >= last])) if last is not None else ()
     run = VariantRun(variant, errors[0] if errors else None, m.peak, _step_peak(m.curve, last), _compile_seconds(),
                      wall, _graphs_compiled(), fallbacks, len(m.compiled_calls), marks, tuple(thin(m.curve)),
-                     m.cuda, snapshot, last)
+                     m.cuda, snapshot, last, step_curve)
     Path(out_path).write_text(json.dumps(asdict(run)))
     return 0
 
@@ -274,6 +279,7 @@ def _run_child(script: Path, args: Sequence[str], variant: str, device: str, out
         data["fallbacks"] = tuple(data["fallbacks"])
         data["marks"] = tuple(data["marks"])
         data["curve"] = tuple(tuple(p) for p in data["curve"])
+        data["step_curve"] = tuple(tuple(p) for p in data["step_curve"])
         return VariantRun(**data)
 
 
@@ -373,30 +379,27 @@ def plot_comparison(comparison: Comparison, path: Path) -> Path | None:
     ref_step = ref.last_step_start
     for r in runs:
         times = align_times([t for t, _ in r.curve], r.marks, ref.marks, r.curve[-1][0], ref_end)
-        live = [b / scale for _, b in r.curve]
-        line, = whole.step(times, live, where="post", linewidth=1.2, label=f"{r.variant}: peak {r.peak / scale:.2f} {unit}")
-        if ref_step is not None and r.last_step_start is not None:
-            start = r.last_step_start
-            inside = [(t, b) for (t0, _), t, b in zip(r.curve, times, live, strict=True) if t0 >= start]
-            before = next((b for (t0, _), b in zip(reversed(r.curve), reversed(live)) if t0 < start), 0.0)
-            xs = [ref_step] + [t for t, _ in inside]
-            ys = [before] + [b for _, b in inside]
-            step.step(xs, ys, where="post", linewidth=1.2, color=line.get_color(),
+        line, = whole.step(times, [b / scale for _, b in r.curve], where="post", linewidth=1.2,
+                           label=f"{r.variant}: peak {r.peak / scale:.2f} {unit}")
+        if ref_step is not None and r.step_curve:
+            # the step on the reference step's clock: times and marks counted from each step's start
+            start, ref_marks = r.last_step_start, [t - ref_step for t in ref.marks if t >= ref_step]
+            xs = align_times([t - start for t, _ in r.step_curve], [t - start for t in r.marks if t >= start],
+                             ref_marks, r.step_curve[-1][0] - start, ref.step_curve[-1][0] - ref_step)
+            step.step(xs, [b / scale for _, b in r.step_curve], where="post", linewidth=1.2, color=line.get_color(),
                       label=f"{r.variant}: {r.step_peak / scale:.2f} {unit} above the step's start")
     whole.set_xlabel(f"seconds of {ref.variant}'s run: every run aligned at each compiled call,\n"
-                     f"its allocations evenly spaced between them", fontsize=8)
+                     f"its allocations evenly spaced between calls", fontsize=8)
     whole.set_ylabel(f"real allocated memory above the script's start ({unit})")
     whole.set_title("whole run")
-    step.set_xlabel(f"seconds of {ref.variant}'s run", fontsize=8)
-    step.set_title("last step")
+    step.set_xlabel(f"seconds from the start of {ref.variant}'s last step, aligned the same way", fontsize=8)
+    step.set_title("last step (its start: the last compiled forward call)")
     for ax in (whole, step):
         ax.grid(alpha=0.3)
         ax.set_ylim(bottom=0, top=top / scale * 1.08)
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1 if ax is step else 2, fontsize=8,
                   frameon=False)
-    if ref_step is not None:
-        step.set_xlim(ref_step, ref_end)
-    else:
+    if ref_step is None:
         step.set_visible(False)
     fig.suptitle(f"{Path(comparison.script).name}: real memory per variant ({comparison.device})")
     fig.tight_layout()
