@@ -69,10 +69,8 @@ class _Fields:
             raise GraphError(f"{where}: expected an object, got {_describe(value)}")
         self.value = value
         self.where = where
-        if known is not None:
-            extra = sorted(set(value) - known)
-            if extra:
-                raise GraphError(f"{where}: unknown fields {extra}")
+        if known is not None and not known.issuperset(value):
+            raise GraphError(f"{where}: unknown fields {sorted(set(value) - known)}")
 
     def _get(self, key: str, default: Any) -> Any:
         if key in self.value:
