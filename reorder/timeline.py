@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 from .graph import Graph
 
@@ -208,15 +208,17 @@ def _forced_live_bytes(graph: Graph, max_work: int) -> list[int]:
     For a buffer with producer ``p`` and readers ``R``, those nodes are the descendants of ``p``
     (every node, for a graph input) that are ancestors of a node of ``R`` (every node, for a graph
     output), less ``R``. Node ids are an order that runs, so none of them comes after the last
-    reader: a forward search from ``p`` that stops there finds the candidates, and a backward
-    search from ``R`` through candidates keeps those that reach a reader. Searches mark what they
-    visit with a stamp of their own in one array, so nothing is cleared or kept per buffer.
+    reader: a forward search from ``p`` that stops there finds the candidates, and one pass over
+    them, latest first, keeps those with a successor that is a reader or was kept (a graph input's
+    are found by a backward search from ``R``). Nodes are marked with stamps of the buffer's own in
+    one array, so nothing is cleared or kept per buffer, and no edge is scanned but those of
+    ``p``, of ``R`` (for an input) and of the nodes visited.
     """
     n = graph.num_nodes
+    succs = graph.succs
     resident = resident_bytes(graph)
     forced = [0] * n
     mark = [-1] * n
-    everyone = range(n)
     work = 0
     for i, b in enumerate(sorted(range(graph.num_buffers), key=lambda b: (-resident[b], b))):
         if not resident[b] or work >= max_work:
@@ -224,20 +226,25 @@ def _forced_live_bytes(graph: Graph, max_work: int) -> list[int]:
         p, readers, output = graph.producer[b], graph.readers[b], graph.is_output[b]
         if not readers and not output:
             continue  # freed at its own step: live at no other node's step
-        forward, backward = 2 * i, 2 * i + 1  # this buffer's two stamps
-        candidates = everyone
+        after_start, before_end = 2 * i, 2 * i + 1  # this buffer's stamps
+        candidates: Sequence[int] = range(n)
         if p is not None:
+            mark[p] = after_start
             end = n if output else readers[-1]  # readers are in node order
-            mark[p] = forward
-            candidates = _reach([p], graph.succs, mark, forward, end.__gt__, max_work - work)
+            candidates = _reach([p], succs, mark, after_start, end, max_work - work)
             work += len(candidates)
         for r in readers:
-            mark[r] = backward
+            mark[r] = before_end
         if output:
-            live = [v for v in candidates if mark[v] != backward][:max_work - work]
+            live = [v for v in candidates if mark[v] != before_end][:max_work - work]
+        elif p is None:
+            live = _reach(readers, graph.preds, mark, before_end, n, max_work - work)
         else:
-            within = everyone if p is None else set(candidates)
-            live = _reach(readers, graph.preds, mark, backward, within.__contains__, max_work - work)
+            live = []
+            for v in sorted(candidates, reverse=True):  # successors first
+                if mark[v] == after_start and any(mark[s] == before_end for s in succs[v]):
+                    mark[v] = before_end
+                    live.append(v)
         work += len(live)
         for v in live:
             forced[v] += resident[b]
@@ -245,14 +252,15 @@ def _forced_live_bytes(graph: Graph, max_work: int) -> list[int]:
 
 
 def _reach(starts: Sequence[int], edges: Sequence[Sequence[int]], mark: list[int], stamp: int,
-           allowed: Callable[[int], bool], limit: int) -> list[int]:
-    """Up to ``limit`` nodes reachable from ``starts`` along ``edges`` through nodes ``allowed``
-    accepts, marked ``stamp`` when found; nodes already marked ``stamp`` (the starts) are skipped."""
+           below: int, limit: int) -> list[int]:
+    """Up to ``limit`` nodes with ids below ``below`` reachable from ``starts`` along ``edges``
+    through such nodes, marked ``stamp`` when found; nodes already marked ``stamp`` (the starts)
+    are skipped."""
     found: list[int] = []
     stack = list(starts)
     while stack and len(found) < limit:
         for w in edges[stack.pop()]:
-            if mark[w] != stamp and allowed(w):
+            if w < below and mark[w] != stamp:
                 mark[w] = stamp
                 found.append(w)
                 stack.append(w)
