@@ -137,7 +137,7 @@ def main() -> None:
                     record = optimize(tree, path, args.methods, args.timeout)
                     runs[label] = record if label not in runs else fastest(runs[label], record)
             for label, record in runs.items():
-                summary = {k: record.get(k) for k in ("nodes", "best", "peak_rss_mib", "wall_s", "timeout")}
+                summary = {k: record.get(k) for k in ("nodes", "best", "seconds", "peak_rss_mib", "wall_s", "timeout")}
                 print(f"{shape} {label}: {json.dumps(summary)}", file=sys.stderr, flush=True)
             after = runs["after"]
             before = runs.get("before", {"timeout": args.timeout}) if args.previous else None
