@@ -139,22 +139,16 @@ def main() -> None:
             for label, record in runs.items():
                 summary = {k: record.get(k) for k in ("nodes", "best", "seconds", "peak_rss_mib", "wall_s", "timeout")}
                 print(f"{shape} {label}: {json.dumps(summary)}", file=sys.stderr, flush=True)
-            after = runs["after"]
-            before = runs.get("before", {"timeout": args.timeout}) if args.previous else None
-            row = [shape, f"{after.get('nodes', '-'):,}" if "nodes" in after else "-"]
-            if before is not None:
-                row += [cells(before)[0], cells(after)[0], cells(before)[1], cells(after)[1]]
-            else:
-                row += list(cells(after))
+            after, columns = runs["after"], [cells(runs[label]) for label in reversed(trees)]  # before first
             best = after.get("best")
-            row.append(f"{best['peak']:,} ({best['method']})" if best else "-")
-            rows.append(row)
+            rows.append([shape, f"{after['nodes']:,}" if "nodes" in after else "-",
+                         *(seconds for seconds, _ in columns), *(rss for _, rss in columns),
+                         f"{best['peak']:,} ({best['method']})" if best else "-"])
     from reorder.report import markdown_table  # only now: see the module's docstring
 
-    header = ["shape", "nodes"]
-    header += (["method s, before", "after", "peak RSS MiB, before", "after"] if args.previous
-               else ["method s", "peak RSS MiB"])
-    print(markdown_table([*header, "best peak (method)"], rows))
+    header = (["method s, before", "after", "peak RSS MiB, before", "after"] if args.previous
+              else ["method s", "peak RSS MiB"])
+    print(markdown_table(["shape", "nodes", *header, "best peak (method)"], rows))
 
 
 if __name__ == "__main__":
