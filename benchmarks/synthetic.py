@@ -1,4 +1,4 @@
-"""Synthetic layered graphs for scaling runs: ``layers`` x ``width`` nodes.
+"""Synthetic graphs for scaling runs: layered (``layers`` x ``width`` nodes), parallel chains, rename chains.
 
 Node ``j`` of layer ``k`` reads node ``j`` of layer ``k - 1`` and, with
 ``fan_in=2``, also its neighbour ``(j + 1) % width``; sizes are drawn from a
@@ -36,11 +36,14 @@ def layered_graph(nodes: int, width: int, fan_in: int = 2, seed: int = 0):
 
 
 def plateau_graph(nodes: int, chains: int, size: int = 4096):
-    """``chains`` equal parallel chains of ``nodes // chains`` equal buffers, joined at the end.
+    """``chains`` equal parallel chains of ``nodes // chains`` equal buffers, and a sink that reads every tail.
 
     Every chain holds one buffer at a time, so live bytes sit at the same
     value for most of any order: a plateau of peak steps, the case where a
-    search that looks at every peak step does the most work.
+    search that looks at every peak step does the most work. Listed chain
+    by chain, each node's ancestors are a run of ids far from 0: the shape
+    where sets of ancestors per node are largest (``benchmarks/scale.py``
+    runs several widths).
     """
     length = max(1, nodes // chains)
     specs = []

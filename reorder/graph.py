@@ -40,7 +40,7 @@ __all__ = ["BufferSpec", "InputSpec", "NodeSpec", "Graph", "Kahn", "build_graph"
 ALIAS_KINDS = ("mutation", "view")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BufferSpec:
     """A buffer written by a node.
 
@@ -61,7 +61,7 @@ class BufferSpec:
     size_free: Size | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class InputSpec:
     """A graph input: freeable ones are live from step 0 until their last reader."""
 
@@ -70,7 +70,7 @@ class InputSpec:
     freeable: bool = True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeSpec:
     """A scheduler node: the buffers it writes, reads, and nodes it must follow.
 
@@ -190,7 +190,9 @@ class Graph:
     def ancestors(self) -> tuple[int, ...]:
         """Each node's ancestors (every node that must run before it), as a bitmask over node ids.
 
-        One pass in node order (the listing runs, so predecessors come first).
+        One pass in node order (the listing runs, so predecessors come first). The masks
+        take up to ``N**2 / 8`` bytes (1.2 GiB at 100,000 nodes), so only searches that are
+        limited to a few thousand nodes use them; :func:`~reorder.timeline.lower_bound` does not.
         """
         anc: list[int] = []
         for v in range(self.num_nodes):
@@ -202,7 +204,8 @@ class Graph:
 
     @cached_property
     def descendants(self) -> tuple[int, ...]:
-        """Each node's descendants (every node that must run after it), as a bitmask over node ids."""
+        """Each node's descendants (every node that must run after it), as a bitmask over node ids
+        (as large as :attr:`ancestors`)."""
         desc = [0] * self.num_nodes
         for v in range(self.num_nodes - 1, -1, -1):
             mask = 0
@@ -459,8 +462,8 @@ def _node_reads(nodes, node_index, buffer_index, names, producer, root, is_input
                 raise GraphError(f"node {node.name!r} reads its own output {names[b]!r}")
         declared.append(d)
         # Inductor lists a node's pred_buffers by producer, graph inputs last.
-        forwarded = set(d) | {root[b] for b in d}
-        reads.append(tuple(sorted(forwarded, key=lambda b: (is_input[b], b))))
+        forwarded = tuple(sorted(set(d) | {root[b] for b in d}, key=lambda b: (is_input[b], b)))
+        reads.append(d if forwarded == d else forwarded)  # one tuple for both where they agree
         a = []
         for other in _names(node.after, f"{what} 'after'"):
             if other not in node_index:

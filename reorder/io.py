@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 from .errors import GraphError
 from .graph import BufferSpec, Graph, InputSpec, NodeSpec, build_graph, implied_costs
@@ -69,10 +69,8 @@ class _Fields:
             raise GraphError(f"{where}: expected an object, got {_describe(value)}")
         self.value = value
         self.where = where
-        if known is not None:
-            extra = sorted(set(value) - known)
-            if extra:
-                raise GraphError(f"{where}: unknown fields {extra}")
+        if known is not None and not known.issuperset(value):
+            raise GraphError(f"{where}: unknown fields {sorted(set(value) - known)}")
 
     def _get(self, key: str, default: Any) -> Any:
         if key in self.value:
@@ -130,27 +128,54 @@ class _Fields:
         return value
 
 
+class _Parts(NamedTuple):
+    """What :func:`~reorder.graph.build_graph` takes, read from a file."""
+
+    name: str
+    nodes: list[NodeSpec]
+    inputs: list[InputSpec]
+    outputs: list[str]
+    size_hints: dict | None
+
+
+def _build(parts: _Parts) -> Graph:
+    with _prefixed(parts.name):
+        return build_graph(parts.nodes, parts.inputs, parts.outputs, name=parts.name, size_hints=parts.size_hints)
+
+
+class _SimBuffer(NamedTuple):
+    """One simulator buffer's fields, checked (a tuple: a 100,000-buffer file holds one per buffer)."""
+
+    size_alloc: int
+    size_free: int
+    size: int | None
+    is_input: bool
+    is_output: bool
+    deps: list[str]
+
+
 def graph_from_simulator(data: dict, name: str = "graph") -> Graph:
     """Build a :class:`Graph` from torch's simulator JSON (already parsed)."""
+    return _build(_simulator_parts(data, name))
+
+
+def _simulator_parts(data: dict, name: str) -> _Parts:
+    """The specs of torch's simulator JSON, every field checked; ``data`` is not needed afterwards."""
     top = _Fields(data, name)
-    by_name: dict[str, dict] = {}
+    by_name: dict[str, _SimBuffer] = {}
     for i, raw in enumerate(top.items("buffers")):
         f = _Fields(raw, f"{name}: buffer #{i}")
         bname = f.name()
         f.where = f"{name}: buffer {bname!r}"
         if bname in by_name:
             raise GraphError(f"{name}: duplicate buffer name {bname!r}")
-        by_name[bname] = {
-            "name": bname,
-            "size_alloc": f.count("size_alloc"),
-            "size_free": f.count("size_free"),
-            "size": f.count("size", None),
-            "is_input": f.flag("is_input", False),
-            "is_output": f.flag("is_output", False),
-            "deps": f.names("deps", []),
-        }
+        by_name[bname] = _SimBuffer(f.count("size_alloc"), f.count("size_free"), f.count("size", None),
+                                    f.flag("is_input", False), f.flag("is_output", False), f.names("deps", []))
         f.names("unmet_deps", [])
-    buffers = list(by_name.values())
+    for bname, buf in by_name.items():
+        for dep in buf.deps:
+            if dep not in by_name:
+                raise GraphError(f"{name}: buffer {bname!r} field 'deps' names unknown buffer {dep!r}")
     nodes: list[tuple[str, list[str]]] = []
     writer: dict[str, str] = {}
     for i, raw in enumerate(top.items("nodes")):
@@ -166,24 +191,24 @@ def graph_from_simulator(data: dict, name: str = "graph") -> Graph:
             writer[bname] = nname
         nodes.append((nname, written))
     for bname, buf in by_name.items():
-        if not buf["is_input"] and bname not in writer:
+        if not buf.is_input and bname not in writer:
             raise GraphError(f"{name}: buffer {bname!r} is neither a graph input nor written by a node")
-        if buf["is_input"] and bname in writer:
+        if buf.is_input and bname in writer:
             raise GraphError(f"{name}: buffer {bname!r} is marked is_input but node {writer[bname]!r} writes it")
 
     def is_parent(b: str) -> bool:
-        buf = by_name.get(b)
-        return buf is not None and not buf["is_input"] and buf["size_alloc"] > 0 and buf["size_free"] == 0
+        buf = by_name[b]
+        return not buf.is_input and buf.size_alloc > 0 and buf.size_free == 0
 
     node_deps: dict[str, list[str]] = {}
     for nname, written in nodes:
         deps: list[str] = []
         for bname in written:
-            deps.extend(by_name[bname]["deps"])
+            deps.extend(by_name[bname].deps)
         node_deps[nname] = list(dict.fromkeys(deps))
     alias = _infer_renames(by_name, writer, node_deps)
 
-    inputs = [InputSpec(b["name"], b["size_free"], freeable=True) for b in buffers if b["is_input"]]
+    inputs = [InputSpec(bname, buf.size_free, freeable=True) for bname, buf in by_name.items() if buf.is_input]
     node_specs = []
     for nname, written in nodes:
         deps = node_deps[nname]
@@ -195,24 +220,23 @@ def graph_from_simulator(data: dict, name: str = "graph") -> Graph:
         outputs = []
         for bname in written:
             buf = by_name[bname]
-            child = buf["size_alloc"] == 0 and buf["size_free"] > 0 and parents
+            child = buf.size_alloc == 0 and buf.size_free > 0 and parents
             outputs.append(
                 BufferSpec(
                     bname,
-                    size=buf["size_free"] if child or buf["size"] is None else buf["size"],
+                    size=buf.size_free if child or buf.size is None else buf.size,
                     parent=parents[0] if child else None,
                     alias_of=alias.get(bname),
-                    size_alloc=buf["size_alloc"],
-                    size_free=buf["size_free"],
+                    size_alloc=buf.size_alloc,
+                    size_free=buf.size_free,
                 )
             )
         node_specs.append(NodeSpec(nname, outputs=outputs, reads=reads))
-    outputs = [b["name"] for b in buffers if b["is_output"]]
-    with _prefixed(name):
-        return build_graph(node_specs, inputs, outputs, name=name)
+    outputs = [bname for bname, buf in by_name.items() if buf.is_output]
+    return _Parts(name, node_specs, inputs, outputs, None)
 
 
-def _infer_renames(by_name: dict, writer: dict, node_deps: dict) -> dict[str, str]:
+def _infer_renames(by_name: dict[str, _SimBuffer], writer: dict, node_deps: dict) -> dict[str, str]:
     """Recover mutation renames that the simulator format flattens.
 
     A rename costs nothing (``size_alloc == size_free == 0``) and Inductor
@@ -228,7 +252,7 @@ def _infer_renames(by_name: dict, writer: dict, node_deps: dict) -> dict[str, st
     alias: dict[str, str] = {}
     for bname, node in writer.items():
         buf = by_name[bname]
-        if buf["size_alloc"] or buf["size_free"] or not readers.get(bname):
+        if buf.size_alloc or buf.size_free or not readers.get(bname):
             continue
         for real in node_deps[node]:
             if real != bname and all(real in node_deps[r] for r in readers[bname]):
@@ -328,6 +352,11 @@ OUTPUT_FIELDS = frozenset({"name", "size", "alias_of", "alias_kind", "parent", "
 
 def graph_from_dict(data: dict) -> Graph:
     """Build a :class:`Graph` from the library's own format (already parsed)."""
+    return _build(_own_format_parts(data))
+
+
+def _own_format_parts(data: dict) -> _Parts:
+    """The specs of a file in the library's own format, every field checked; ``data`` is not needed afterwards."""
     top = _Fields(data, "graph", TOP_FIELDS)
     name = top.name("name", "graph")
     top.where = name
@@ -356,8 +385,7 @@ def graph_from_dict(data: dict) -> Graph:
             ))
         nodes.append(NodeSpec(nname, outputs=outs, reads=f.names("reads", []), after=f.names("after", []),
                               workspace=f.size("workspace", 0), unique_workspace=f.size("unique_workspace", 0)))
-    with _prefixed(name):
-        return build_graph(nodes, inputs, top.names("outputs", []), name=name, size_hints=top.mapping("size_hints"))
+    return _Parts(name, nodes, inputs, top.names("outputs", []), top.mapping("size_hints"))
 
 
 def load_graph(path: str | Path, name: str | None = None) -> Graph:
@@ -383,10 +411,15 @@ def load_graph(path: str | Path, name: str | None = None) -> Graph:
     if not isinstance(data, dict):
         raise GraphError(f"{path}: expected a JSON object at the top level, got {_describe(data)}")
     if data.get("format") == FORMAT_NAME:
-        return graph_from_dict(data if name is None else {**data, "name": name})
-    if "nodes" in data and "buffers" in data:
-        return graph_from_simulator(data, name=name or path.stem)
-    raise GraphError(f"{path}: neither a {FORMAT_NAME} file nor torch's simulator format (no 'nodes'/'buffers')")
+        if name is not None:
+            data["name"] = name
+        parts = _own_format_parts(data)
+    elif "nodes" in data and "buffers" in data:
+        parts = _simulator_parts(data, name or path.stem)
+    else:
+        raise GraphError(f"{path}: neither a {FORMAT_NAME} file nor torch's simulator format (no 'nodes'/'buffers')")
+    del data  # the parsed JSON is as large as the specs: let it go before the graph is built
+    return _build(parts)
 
 
 def save_graph(graph: Graph, path: str | Path, fmt: str = "reorder") -> None:

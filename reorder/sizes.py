@@ -297,14 +297,14 @@ def check_size_hints(hints: Mapping[str, int] | None, what: str = "size_hints") 
 
 
 def _whole_bytes(value: numbers.Rational, what: str, text: str | None) -> int:
+    if value.denominator == 1 and 0 <= value <= MAX_BYTES:
+        return int(value)
     shown = f"size {value}" if text is None or text == str(value) else f"size {text!r} (= {value})"
     if value.denominator != 1:
         raise GraphError(f"{what}: {shown} is not a whole number of bytes")
     if value < 0:
         raise GraphError(f"{what}: {shown} is negative")
-    if value > MAX_BYTES:
-        raise GraphError(f"{what}: {shown} is larger than 2**60 bytes")
-    return int(value)
+    raise GraphError(f"{what}: {shown} is larger than 2**60 bytes")
 
 
 def resolve_size(size: Size, hints: Mapping[str, int], what: str) -> tuple[int, str | None]:
@@ -315,10 +315,12 @@ def resolve_size(size: Size, hints: Mapping[str, int], what: str) -> tuple[int, 
     floats, negative, fractional or oversized values, text outside the
     grammar, and symbols with no hint.
     """
+    if type(size) is int:  # the common case, without the abstract-class checks below
+        return _whole_bytes(size, what, None), None
     if isinstance(size, bool) or not isinstance(size, (numbers.Integral, str, sympy.Basic)):
         raise GraphError(f"{what}: a size must be an integer number of bytes or an expression, got {size!r}")
     if isinstance(size, numbers.Integral):
-        return _whole_bytes(Fraction(int(size)), what, None), None
+        return _whole_bytes(int(size), what, None), None  # an int is its own Rational
     text = size.strip() if isinstance(size, str) else str(size)
     tree = parse_size(text, what)
     value = evaluate_size(tree, hints, what)

@@ -1,11 +1,19 @@
 """The estimator: torch 2.13's figures to the byte, and a brute-force reference on random graphs."""
 
+import json
+import tracemalloc
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from helpers import FIGURES, GRAPH_NAMES, GRAPHS, all_topological_orders, build, graph_specs, random_order, reference_peak
 
-from reorder import estimate_peak_memory, estimate_peak_memory_allocfree, load_graph, lower_bound
+from reorder import (BufferSpec, InputSpec, NodeSpec, build_graph, estimate_peak_memory,
+                     estimate_peak_memory_allocfree, load_graph, lower_bound)
+
+ROOT = GRAPHS.parent.parent.parent
+#: ``lower_bound`` of every bundled graph, recorded with the previous release's bitmask pass.
+RECORDED_BOUNDS = json.loads((ROOT / "tests" / "lower_bounds.json").read_text())
 
 
 @pytest.mark.parametrize("name", GRAPH_NAMES)
@@ -51,6 +59,46 @@ def test_precedence_bound_proves_an_order_optimal_that_working_sets_could_not():
     result = reorder_for_peak_memory(graph, ["lpmf"])
     assert lower_bound(graph, max_work=0) == 4718592 < lower_bound(graph) == result.peak == 6291456
     assert result.optimal and result.gap == 0
+
+
+@pytest.mark.parametrize("path", sorted(RECORDED_BOUNDS))
+def test_lower_bound_of_every_bundled_graph_equals_the_recorded_figure(path):
+    assert lower_bound(load_graph(ROOT / path)) == RECORDED_BOUNDS[path]
+
+
+def parallel_chains(chains: int, length: int, size: int = 4096):
+    """``chains`` chains of ``length`` nodes reading one input, and a sink that reads every tail."""
+    nodes, tails = [], []
+    for c in range(chains):
+        previous = "x"
+        for k in range(length):
+            nodes.append(NodeSpec(f"c{c}_{k}", [BufferSpec(f"b{c}_{k}", size)], reads=[previous]))
+            previous = f"b{c}_{k}"
+        tails.append(previous)
+    nodes.append(NodeSpec("sink", [BufferSpec("out", size)], reads=tails))
+    return build_graph(nodes, [InputSpec("x", size)], ["out"], name=f"chains_{chains}x{length}")
+
+
+@pytest.mark.parametrize("chains", [1, 10, 100])
+def test_lower_bound_memory_is_linear_in_the_graph_whatever_its_shape(chains):
+    graph = parallel_chains(chains, 6000 // chains)
+    tracemalloc.start()
+    try:
+        bound = lower_bound(graph)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # The sink reads every tail and writes its output: nothing forces more (precedence adds nothing).
+    assert bound == 4096 * (chains + 1)
+    # A few arrays over 6,001 nodes and buffers: under 200 bytes each (ancestor masks took N**2 / 8).
+    assert peak < 200 * graph.num_nodes
+
+
+def test_lower_bound_budget_only_weakens_the_bound_on_a_graph_where_it_bites():
+    graph = load_graph(GRAPHS / "gpt_train_1.json")
+    full = lower_bound(graph)
+    partial = [lower_bound(graph, max_work=w) for w in (0, 10, 100, 1000, 10_000)]
+    assert partial == sorted(partial) and partial[-1] <= full
 
 
 @settings(max_examples=40)

@@ -175,6 +175,25 @@ def test_own_format_fields_are_checked(tmp_path, edit, message):
     assert_load_fails(tmp_path, copy.deepcopy(SYMBOLIC), edit, message)
 
 
+def test_a_misspelled_buffer_is_reported_in_the_files_own_field(tmp_path, capsys):
+    """The simulator format lists a producer's reads in its buffers' ``deps``; ours in a node's ``reads``."""
+    simulator = {"nodes": [{"name": "op0", "buffer_names": ["buf0"]}, {"name": "op1", "buffer_names": ["buf1"]}],
+                 "buffers": [sim_buffer("buf0"), sim_buffer("buf1", deps=["buf9"], is_output=True)]}
+    own = copy.deepcopy(SYMBOLIC)
+    own["nodes"][1]["reads"] = ["yy"]
+    for data, message in [
+        (simulator, "g: buffer 'buf1' field 'deps' names unknown buffer 'buf9'"),
+        (own, "dyn: node 'relu_' field 'reads' names unknown buffer 'yy'"),
+    ]:
+        path = tmp_path / "g.json"
+        path.write_text(json.dumps(data))
+        with pytest.raises(GraphError) as err:
+            load_graph(path)
+        assert str(err.value) == message
+        assert main(["estimate", str(path)]) == 2
+        assert capsys.readouterr().err == f"reorder: error: {message}\n"
+
+
 def test_code_in_a_size_is_never_run(tmp_path, capsys):
     marker = tmp_path / "pwned"
     data = copy.deepcopy(SYMBOLIC)
