@@ -61,7 +61,8 @@ class VariantRun:
     when it ran through; ``marks``: times (s, the run's own clock) where
     compiled calls started and ended, in order; ``curve``: ``(s, bytes)`` over the whole run, thinned to
     :data:`CURVE_POINTS`; ``last_step_start`` and ``step_curve``: where the last step began and its own curve,
-    from there to the end, thinned separately (so that a short step keeps its detail);
+    from there to the end, thinned separately (so that a short step keeps its detail); ``step_base``: the live
+    bytes when it began (``step_peak`` is counted above them);
     ``cuda``: ``max_memory_allocated``/``max_memory_reserved`` above the start.
     """
 
@@ -80,6 +81,7 @@ class VariantRun:
     snapshot: str | None = None
     last_step_start: float | None = None
     step_curve: tuple[tuple[float, int], ...] = ()
+    step_base: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -180,14 +182,18 @@ def thin(curve: Sequence[tuple[float, int]], points: int = CURVE_POINTS) -> list
     return [buckets[k] for k in sorted(buckets)]
 
 
+def _live_before(curve: Sequence[tuple[float, int]], start: float) -> int:
+    """Live bytes just before ``start`` (0 before the first event)."""
+    i = bisect.bisect_left([t for t, _ in curve], start)
+    return curve[i - 1][1] if i else 0
+
+
 def _step_peak(curve: Sequence[tuple[float, int]], start: float | None) -> int | None:
     """Highest live bytes from ``start`` to the end, above the live bytes just before ``start``."""
     if start is None:
         return None
-    times = [t for t, _ in curve]
-    i = bisect.bisect_left(times, start)
-    before = curve[i - 1][1] if i else 0
-    return max([before, *(live for _, live in curve[i:])]) - before
+    before = _live_before(curve, start)
+    return max([before, *(live for t, live in curve if t >= start)]) - before
 
 
 def _compile_seconds() -> float:
@@ -249,7 +255,7 @@ def child_main(argv: Sequence[str] | None = None) -> int:
     step_curve = tuple(thin([p for p in m.curve if p[0] >= last])) if last is not None else ()
     run = VariantRun(variant, errors[0] if errors else None, m.peak, _step_peak(m.curve, last), _compile_seconds(),
                      wall, _graphs_compiled(), fallbacks, len(m.compiled_calls), marks, tuple(thin(m.curve)),
-                     m.cuda, snapshot, last, step_curve)
+                     m.cuda, snapshot, last, step_curve, None if last is None else _live_before(m.curve, last))
     Path(out_path).write_text(json.dumps(asdict(run)))
     return 0
 
@@ -386,18 +392,21 @@ def plot_comparison(comparison: Comparison, path: Path) -> Path | None:
             start, ref_marks = r.last_step_start, [t - ref_step for t in ref.marks if t >= ref_step]
             xs = align_times([t - start for t, _ in r.step_curve], [t - start for t in r.marks if t >= start],
                              ref_marks, r.step_curve[-1][0] - start, ref.step_curve[-1][0] - ref_step)
-            step.step(xs, [b / scale for _, b in r.step_curve], where="post", linewidth=1.2, color=line.get_color(),
+            step.step(xs, [(b - r.step_base) / scale for _, b in r.step_curve], where="post", linewidth=1.2,
+                      color=line.get_color(),
                       label=f"{r.variant}: {r.step_peak / scale:.2f} {unit} above the step's start")
     whole.set_xlabel(f"seconds of {ref.variant}'s run: every run aligned at each compiled call,\n"
                      f"its allocations evenly spaced between calls", fontsize=8)
-    whole.set_ylabel(f"real allocated memory above the script's start ({unit})")
+    whole.set_ylabel(f"real allocated memory above the script's start ({unit})", fontsize=9)
+    step.set_ylabel(f"above the step's start ({unit})", fontsize=9)
     whole.set_title("whole run")
     step.set_xlabel(f"seconds from the start of {ref.variant}'s last step, aligned the same way", fontsize=8)
     step.set_title("last step (its start: the last compiled forward call)")
-    for ax in (whole, step):
+    step_top = max((r.step_peak for r in runs if r.step_peak is not None), default=0)
+    for ax, high in ((whole, top), (step, step_top)):
         ax.grid(alpha=0.3)
-        ax.set_ylim(bottom=0, top=top / scale * 1.08)
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1 if ax is step else 2, fontsize=8,
+        ax.set_ylim(bottom=min(0.0, ax.get_ylim()[0]), top=max(high, 1) / scale * 1.08)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=1 if ax is step else 2, fontsize=8,
                   frameon=False)
     if ref_step is None:
         step.set_visible(False)
