@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Iterator
+from typing import Any, Callable, ContextManager
 
 from reorder.inductor.session import (CacheHitRecord, FallbackRecord, GuardRecord, HookOptions, OrderRecord, Record,
                                       Session, SlabRecord)
@@ -83,28 +83,7 @@ def hook_session(options: HookOptions, training: bool = False) -> ContextManager
     """``reorder.inductor.use(options)``: our hook installed for the block, yielding its :class:`Session`."""
     from reorder import inductor
 
-    if hasattr(inductor, "reports"):
-        return _session_from_module_lists(options)
     return inductor.use(options)
-
-
-@contextlib.contextmanager
-def _session_from_module_lists(options: HookOptions) -> Iterator[Session]:
-    """The same session built from a hook that still reports orders and guards into module-level lists (the
-    library before sessions); the slab's records come from the session ``use`` yields."""
-    from reorder import inductor
-
-    session = Session(options)
-    first_report = len(inductor.reports)
-    installed = None
-    try:
-        with inductor.use(**{f.name: getattr(options, f.name) for f in dataclasses.fields(options)}) as installed:
-            yield session
-    finally:
-        legacy = {"graphs": [r for r in inductor.reports[first_report:] if "fusion_guard" not in r],
-                  "fusion_guard": [r for r in inductor.reports[first_report:] if "fusion_guard" in r]}
-        for record in [*load_records(legacy), *(installed.records if installed is not None else ())]:
-            session.add(record)
 
 
 def _inductor_config(changes: tuple[tuple[str, Any], ...], training: bool = False) -> ContextManager[None]:

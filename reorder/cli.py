@@ -77,6 +77,17 @@ def input_files(path: str | Path, pattern: str, what: str, skip: Callable[[Path]
     return [p]
 
 
+def output_folder(path: Path, option: str) -> Path:
+    """``path`` made as a folder for a command's output; ReorderError (one line) when it cannot be one."""
+    if path.exists() and not path.is_dir():
+        raise ReorderError(f"{option} {path}: a file is there; name a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ReorderError(f"{option} {path}: cannot make the folder ({exc.strerror or exc})") from None
+    return path
+
+
 def graph_files(path: str | Path) -> list[Path]:
     """The JSON graph files at ``path``: the file itself, or every ``*.json`` in a folder but figure
     files and recorded optima."""
@@ -395,7 +406,8 @@ def pack_exactly(args: argparse.Namespace, inst) -> dict:
         SlabPlan.of_intervals(inst.ids, inst.starts, inst.ends, inst.sizes, found.offsets, "exact").validate()
     bound = found.lower_bound
     if not args.json:
-        slab = "no packing" if found.slab is None else f"slab {found.slab} B (ratio {found.slab / bound:.4f}); valid"
+        ratio = f"{found.slab / bound:.4f}" if bound else "1.0000" if found.slab == 0 else "-"
+        slab = "no packing" if found.slab is None else f"slab {found.slab} B (ratio {ratio}); valid"
         within = "" if found.capacity is None else f" within {found.capacity} B"
         stopped = ", stopped by the clock" if found.clock_stopped else ""
         print(f"{inst.name}: {len(inst.ids)} buffers, {found.status}{within}: {slab}, lower bound {bound} B, "
@@ -548,7 +560,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     try:
         from .plot import plot_graph
 
-        out.mkdir(parents=True, exist_ok=True)
+        output_folder(out, "--out")
     except ReorderError as exc:
         plots = False
         print(f"(no plots: {exc})", file=sys.stderr)
@@ -622,6 +634,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
+        if any(key in vars(args) for key in ("strategy", "restarts", "seconds", "alignment")):
+            plan_options(args)  # every planning option checked before any work starts
         return COMMANDS[args.command].run(args)
     except ReorderError as exc:
         print(f"reorder: error: {exc}", file=sys.stderr)

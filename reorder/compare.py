@@ -32,12 +32,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence, TextIO
 
 from .errors import ReorderError
-from .report import format_bytes, format_table
+from .report import Progress, format_bytes, format_table
 
 __all__ = ["COMPARE_VARIANTS", "Comparison", "VariantRun", "compare", "align_times", "plot_comparison"]
 
@@ -99,7 +99,6 @@ class Comparison:
     reference: str | None
     sentence: str
     plot: str | None = None
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -292,6 +291,11 @@ def _run_child(script: Path, args: Sequence[str], variant: str, device: str, out
 def _sentence(comparison_runs: Sequence[VariantRun], reference: str | None) -> str:
     ref = next((r for r in comparison_runs if r.variant == reference), None)
     if ref is None:
+        ran = [r for r in comparison_runs if r.ok]
+        if not any(r.variant == "stock" for r in comparison_runs):
+            best = min(ran, key=lambda r: r.peak, default=None)
+            return ("stock was not among the variants, so nothing is measured against it"
+                    + (f"; the lowest real peak is {best.variant}'s, {format_bytes(best.peak)}." if best else "."))
         return "stock did not run through, so no variant can be compared with it."
     others = [r for r in comparison_runs if r.ok and r.variant != reference]
     best = min(others, key=lambda r: r.peak, default=None)
@@ -326,26 +330,20 @@ def compare(script: str | Path, args: Sequence[str] = (), variants: Sequence[str
         if not torch.cuda.is_available():
             raise ReorderError("--device cuda: no CUDA device is available here")
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ReorderError(f"--out {out}: a file is there; name a folder")
     out.mkdir(parents=True, exist_ok=True)
-    stream = progress if progress is not None else sys.stderr
-    tty = stream.isatty()
     runs = []
-    for k, variant in enumerate(variants, 1):
-        prefix = f"[{k}/{len(variants)}] "
-
-        def show(text: str, prefix: str = prefix) -> None:
-            if tty:
-                stream.write(f"\r\033[K{prefix}{text}")
-                stream.flush()
-
-        if not tty:
-            stream.write(f"{prefix}{variant}: running\n")
-            stream.flush()
-        run = _run_child(script, args, variant, device, out, show)
-        done = f"{prefix}{variant}: {'failed' if not run.ok else format_bytes(run.peak)} in {run.wall_seconds:.0f} s"
-        stream.write(("\r\033[K" if tty else "") + done + "\n")
-        stream.flush()
-        runs.append(run)
+    with Progress(progress) as status:
+        for k, variant in enumerate(variants, 1):
+            prefix = f"[{k}/{len(variants)}] "
+            if not status.in_place:
+                status.show(f"{prefix}{variant}: running")
+            run = _run_child(script, args, variant, device, out,
+                             lambda text, prefix=prefix: status.in_place and status.show(prefix + text))
+            status.done(f"{prefix}{variant}: {'failed' if not run.ok else format_bytes(run.peak)} "
+                        f"in {run.wall_seconds:.0f} s")
+            runs.append(run)
     if not any(r.ok and r.graphs for r in runs):
         failed = [r for r in runs if not r.ok]
         if failed and len(failed) == len(runs):

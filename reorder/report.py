@@ -69,6 +69,14 @@ class Progress:
         else:
             print(text, file=self.stream, flush=True)
 
+    def done(self, text: str) -> None:
+        """A status that stays: on a terminal it replaces the current line and ends it; elsewhere a line."""
+        if self.in_place:
+            print("\r" + text.ljust(self.width), file=self.stream, flush=True)
+            self.width = 0
+        else:
+            print(text, file=self.stream, flush=True)
+
     def __enter__(self) -> "Progress":
         return self
 

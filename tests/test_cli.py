@@ -118,6 +118,13 @@ def instance_folder(tmp_path):
     return folder
 
 
+def test_exact_packing_of_an_instance_of_empty_buffers_prints_its_line(tmp_path):
+    (tmp_path / "empty.csv").write_text("id,lower,upper,size\na,0,2,0\nb,1,3,0\n")
+    result = reorder("pack", tmp_path / "empty.csv", "--exact")
+    assert result.returncode == 0, result.stderr
+    assert "slab 0 B (ratio 1.0000); valid, lower bound 0 B" in result.stdout
+
+
 def test_every_command_is_declared_once_with_json_where_the_readme_says():
     parser = build_parser()
     subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices

@@ -61,6 +61,13 @@ def test_sentence_names_the_lowest_variant_or_says_none_beats_stock():
         "No variant beats stock: its real peak (1000 B) is the lowest; hook comes closest at 1.17 KiB.")
 
 
+def test_sentence_without_stock_says_so_and_names_the_lowest():
+    assert _sentence([VariantRun("hook", peak=1000), VariantRun("slab", peak=900)], None) == (
+        "stock was not among the variants, so nothing is measured against it; the lowest real peak is slab's, 900 B.")
+    assert _sentence([VariantRun("stock", error="boom"), VariantRun("slab", peak=900)], None) == (
+        "stock did not run through, so no variant can be compared with it.")
+
+
 def _reorder(*args: str, cwd) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "reorder", *args], capture_output=True, text=True, cwd=cwd,
                           env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
@@ -73,6 +80,15 @@ def test_a_script_that_compiles_nothing_is_one_line_and_exit_2(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == (
         f"reorder: error: {script} compiled nothing (does it call torch.compile and run the compiled function?)")
+
+
+def test_an_out_that_is_a_file_is_one_line_and_exit_2(tmp_path):
+    script, taken = tmp_path / "plain.py", tmp_path / "taken"
+    script.write_text("pass\n")
+    taken.write_text("")
+    done = _reorder("compare", str(script), "--variants", "stock", "--out", str(taken), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"reorder: error: --out {taken}: a file is there; name a folder"
 
 
 def test_unknown_variant_is_one_line_and_exit_2(tmp_path):

@@ -220,11 +220,12 @@ def test_cli_prints_the_method_options_and_exits_2(capsys):
     path = str(GRAPHS / "mlp_train_1.json")
     assert main(["optimize", path, "--methods", "exact:max_state=10"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        "reorder: error: method 'exact': unknown option 'max_state'; options: max_states (int >= 1), "
-        "max_nodes (int >= 1), max_bytes (int >= 1)")
+        "reorder: error: --methods 'exact:max_state=10': method 'exact': unknown option 'max_state'; options: "
+        "max_states (int >= 1), max_nodes (int >= 1), max_bytes (int >= 1)")
     assert main(["optimize", path, "--methods", ""]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        "reorder: error: methods '': name at least one method; known: baseline, bfs, dfs, exact, lpmf, optimal, refine")
+        "reorder: error: --methods '': methods '': name at least one method; known: baseline, bfs, dfs, exact, lpmf, "
+        "optimal, refine")
 
 
 def test_exact_skips_graphs_too_large_for_its_bitmasks_before_allocating_them():

@@ -40,6 +40,22 @@ def test_an_unknown_option_names_itself_and_lists_the_valid_ones():
     assert config._post_fusion_custom_pass is None  # nothing was installed
 
 
+@pytest.mark.parametrize("fields, message", [
+    ({"methods": ("lpmf", 5)}, "method 5: expected a method name such as 'lpmf' or 'exact:max_states=10000', "
+                               "or a method instance"),
+    ({"methods": [None]}, "method None: expected a method name"),
+    ({"methods": "lpmf"}, "hook option methods='lpmf': give a list of method names, not a string"),
+    ({"capture_dir": 123}, "hook option capture_dir=123: expected a folder path"),
+    ({"max_seconds": 0}, "hook option max_seconds=0"),
+    ({"fusion_slack_fraction": 1.5}, "hook option fusion_slack_fraction=1.5"),
+    ({"slab": 1}, "hook option slab=1"),
+])
+def test_every_bad_option_value_is_one_reorder_error_naming_it(fields, message):
+    with pytest.raises(ReorderError) as info:
+        HookOptions(**fields)
+    assert str(info.value).startswith(message)
+
+
 def test_options_come_as_one_value_and_keywords_replace_its_fields():
     base = HookOptions(methods=["lpmf"], compare=True)
     with hook.use(base, max_seconds=5) as session:
@@ -205,9 +221,10 @@ def test_the_summary_says_when_inductors_cache_served_a_graph_and_how_to_force_a
     [line] = session.summary().splitlines()
     assert line.startswith("2 graph(s) came from Inductor's FX graph cache")
     assert "no pass of ours ran" in line and "force_disable_caches = True" in line
-    session.add(GuardRecord("g", 0, (), 0, 0, False, 0, 0.0))
-    assert "no graph reached" not in session.summary()
     assert Session().summary() == "no graph reached Inductor's scheduler in this session"
+    guarded = Session()
+    guarded.add(GuardRecord("g", 3, (), 0, 0, False, 0, 0.0))
+    assert guarded.summary() == "fusion guard in g: 0 of 3 fusions blocked"
 
 
 def test_the_docs_put_the_cache_note_next_to_the_first_snippet():

@@ -14,7 +14,7 @@ from reorder.errors import SlabCheckError
 from reorder.inductor import slab
 from reorder.inductor.session import FallbackRecord, HookOptions, Session, SlabRecord
 from reorder.inductor.slab_check import slab_claim, slab_open, slab_release
-from reorder.planning import SlabPlan, pools
+from reorder.planning import SearchedOffsets, SlabPlan, pools
 from reorder.planning.pools import BufferGroup, GroupKind, plan_pools
 
 
@@ -29,6 +29,20 @@ def test_a_layout_becomes_the_sessions_slab_record():
     assert record == SlabRecord(graph="g", pools=(1088, 512), pooled=3, individual=1, pool_bytes=1600, bound=1088,
                                 worst_ratio=1.0, estimated_peak=4096 + 1088, stock_estimated_peak=4096 + 1024 + 64)
     assert all(type(v) is int for v in record.pools)
+
+
+def test_a_pool_search_stopped_by_its_safety_cap_is_recorded(monkeypatch):
+    real = pools.search_offsets
+
+    def capped_search(*args, **kwargs):
+        found = real(*args, **kwargs)
+        return SearchedOffsets(found.offsets, found.slab, 0, True)
+
+    groups = [BufferGroup("buf0", 1024, 1024, 1, 3, "cpu", GroupKind.POOLED),
+              BufferGroup("buf1", 64, 64, 2, 4, "cpu", GroupKind.POOLED)]
+    assert not slab.slab_record("g", plan_pools(groups, 5)).capped
+    monkeypatch.setattr(pools, "search_offsets", capped_search)
+    assert slab.slab_record("g", plan_pools(groups, 5)).capped
 
 
 def test_is_foreign_call_tells_calls_from_bookkeeping_lines():
@@ -66,12 +80,47 @@ def test_the_slab_option_is_in_the_uuid_and_uninstall_restores_the_wrapper_pass(
         assert patched is not original and patched.__wrapped__ is original
         with hook.use(slab=True, poison=True):
             checked_uuid = config._post_fusion_custom_pass.uuid()
-            assert vars(PythonWrapperCodegen)["run_wrapper_ir_passes"].__wrapped__ is patched
+            assert vars(PythonWrapperCodegen)["run_wrapper_ir_passes"] is patched  # one patch, counted
         assert vars(PythonWrapperCodegen)["run_wrapper_ir_passes"] is patched
         pooled_uuid = config._post_fusion_custom_pass.uuid()
     assert len({plain_uuid, pooled_uuid, checked_uuid}) == 3
     assert vars(PythonWrapperCodegen)["run_wrapper_ir_passes"] is original
     assert config._post_fusion_custom_pass is before
+
+
+def test_slab_installs_in_two_threads_plan_for_their_own_sessions_and_restore_the_wrapper_pass():
+    import threading
+
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+
+    original = vars(PythonWrapperCodegen)["run_wrapper_ir_passes"]
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def thread_a():
+        with hook.use(slab=True) as session:
+            seen["a"] = (session, slab.compiling_session())
+            a_in.set()
+            b_in.wait()
+        a_out.set()
+
+    def thread_b():
+        a_in.wait()
+        seen["b before"] = slab.compiling_session()  # A's install is not B's: B's compiles plan nothing
+        with hook.use(slab=True, poison=True) as session:
+            b_in.set()
+            a_out.wait()  # A leaves first, B still inside
+            seen["b"] = (session, slab.compiling_session())
+            seen["patched while B is in"] = vars(PythonWrapperCodegen)["run_wrapper_ir_passes"] is not original
+
+    threads = [threading.Thread(target=thread_a), threading.Thread(target=thread_b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert seen["a"][0] is seen["a"][1] and seen["b"][0] is seen["b"][1] and seen["a"][0] is not seen["b"][0]
+    assert seen["b before"] is None and seen["patched while B is in"]
+    assert vars(PythonWrapperCodegen)["run_wrapper_ir_passes"] is original
 
 
 def test_the_cpp_wrapper_keeps_inductors_allocation_with_a_warning_and_a_fallback_record(caplog):
@@ -80,14 +129,14 @@ def test_the_cpp_wrapper_keeps_inductors_allocation_with_a_warning_and_a_fallbac
     from torch._inductor.virtualized import V
 
     calls = []
-    session, other = Session(HookOptions(slab=True)), Session(HookOptions(slab=True))
-    patched = slab._patched_ir_passes(lambda wrapper, is_inference: calls.append(is_inference), session)
-    with caplog.at_level(logging.WARNING, logger="reorder"), V.set_graph_handler(SimpleNamespace(cpp_wrapper=True)):
-        patched(SimpleNamespace(lines=[]), False)
+    other = Session(HookOptions(slab=True))
+    with hook.use(slab=True) as session, caplog.at_level(logging.WARNING, logger="reorder"), \
+            V.set_graph_handler(SimpleNamespace(cpp_wrapper=True)):
+        slab.plan_slab(SimpleNamespace(lines=[]), lambda wrapper, is_inference: calls.append(is_inference), False)
     assert calls == [False]  # Inductor's own passes ran, as the user's compile would have
     [record] = session.records
     assert isinstance(record, FallbackRecord) and record.stage == "slab" and "C++ wrapper" in record.reason
-    assert len(other) == 0  # records go to the session that installed the code generation, nowhere else
+    assert len(other) == 0  # records go to the session of the compile's own pass, nowhere else
     assert any("slab off" in r.getMessage() and "C++ wrapper" in r.getMessage() for r in caplog.records)
 
 
@@ -179,7 +228,8 @@ def test_a_broken_plan_is_refused_before_codegen_and_caught_at_run_time_by_poiso
                                                                                          caplog):
     model, x = tiny("residual")
     model.eval()
-    monkeypatch.setattr(pools, "search", lambda starts, ends, sizes, **kwargs: [0] * len(sizes))
+    monkeypatch.setattr(pools, "search_offsets", lambda starts, ends, sizes, **kwargs: SearchedOffsets(
+        [0] * len(sizes), max(sizes, default=0), 0, False))
     with caplog.at_level(logging.WARNING, logger="reorder"), hook.use(slab=True) as session, torch.no_grad():
         torch.compile(model)(x)  # every buffer at offset 0: validation refuses it, the graph falls back
     [fallback] = session.fallbacks

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from reorder.inductor.session import OrderRecord
+from reorder.compare import thin
 from reorder.measure import measure
 
 from ..variants import load_records, records_json
@@ -53,19 +54,6 @@ def _step_function(model: torch.nn.Module, mode: str):
     if mode == "train":
         return lambda inputs: model(**inputs).loss
     return lambda inputs: tuple(model(**inputs).to_tuple())
-
-
-def _thin(curve: tuple, points: int = CURVE_POINTS) -> list[list[float]]:
-    """The curve's highest point in each of ``points`` equal time buckets (its peak is always kept)."""
-    if len(curve) <= points:
-        return [list(p) for p in curve]
-    end = curve[-1][0] or 1.0
-    buckets: dict[int, tuple[float, int]] = {}
-    for t, live in curve:
-        k = min(points - 1, int(t / end * points))
-        if k not in buckets or live > buckets[k][1]:
-            buckets[k] = (t, live)
-    return [list(buckets[k]) for k in sorted(buckets)]
 
 
 def run_variant(base: torch.nn.Module, inputs: dict, mode: str, variant: Variant,
@@ -131,7 +119,7 @@ def run_variant(base: torch.nn.Module, inputs: dict, mode: str, variant: Variant
         "peak_composition": m.peak_composition,
         "phases": {k: vars(r) for k, r in m.phases.items()},
         "compiled_calls": [vars(r) for r in m.compiled_calls],
-        "curve": _thin(m.curve),
+        "curve": [list(p) for p in thin(m.curve, CURVE_POINTS)],
         "records": records_json(session),
     }
     del model, fn, optimizer

@@ -46,11 +46,10 @@ _KEYS = ("_post_fusion_custom_pass", "reorder_for_peak_memory", "force_disable_c
 
 @dataclass(frozen=True)
 class _Installation:
-    """One :func:`install` not yet undone: its session, the settings it replaced, the wrapper pass it patched."""
+    """One :func:`install` not yet undone: its session and the settings it replaced."""
 
     session: Session
     config: dict
-    codegen: object | None
 
 
 #: This context's installations, innermost last.
@@ -80,8 +79,9 @@ def install(options: HookOptions | None = None, **fields) -> Session:
     runs_inductors = bool(saved["reorder_for_peak_memory"])
     reorder_pass = ReorderPass(session, previous=saved["_post_fusion_custom_pass"],
                                inductor_fallback=runs_inductors and not options.keep_inductor_pass)
-    codegen = install_codegen(session) if options.slab else None
-    _installed.set((*_installed.get(), _Installation(session, saved, codegen)))
+    if options.slab:
+        install_codegen()
+    _installed.set((*_installed.get(), _Installation(session, saved)))
     config._post_fusion_custom_pass = reorder_pass
     if not options.keep_inductor_pass:
         config.reorder_for_peak_memory = False
@@ -109,8 +109,8 @@ def uninstall() -> Session | None:
         return None
     last = installed[-1]
     _installed.set(installed[:-1])
-    if last.codegen is not None:
-        uninstall_codegen(last.codegen)
+    if last.session.options.slab:
+        uninstall_codegen()
     for key, value in last.config.items():
         setattr(config, key, value)
     forget_cached_choices()

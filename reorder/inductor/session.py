@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import os
 import itertools
 import threading
 import weakref
@@ -67,7 +68,7 @@ class HookOptions:
     capture_dir: write each graph and Inductor's figures there (turns
         Inductor's caches off while installed: a cache hit skips every pass).
     max_seconds: wall-clock safety cap on our methods per graph (reported when
-        hit; every method's effort is a count, so the cap is never what decides).
+        hit; every method's effort is a count, so the cap decides only when it is hit, and then says so).
     slab: the wrapper allocates each graph's intermediate buffers from pools at
         our offsets (:mod:`~reorder.inductor.slab`).
     poison: the slab's run-time checks (:mod:`~reorder.inductor.slab_check`); implies ``slab``.
@@ -113,6 +114,8 @@ class HookOptions:
             for spec in self.methods:
                 make_method(spec)  # raises ReorderError naming the method and what it takes
         if self.capture_dir is not None:
+            if not isinstance(self.capture_dir, (str, os.PathLike)):
+                raise ReorderError(f"hook option capture_dir={self.capture_dir!r}: expected a folder path")
             object.__setattr__(self, "capture_dir", Path(self.capture_dir))
         for name in ("keep_inductor_pass", "compare", "slab", "poison", "fusion_guard"):
             if not isinstance(getattr(self, name), bool):
@@ -137,8 +140,17 @@ class HookOptions:
         return hashlib.sha256(repr(sorted(fields.items())).encode()).hexdigest()[:16]
 
 
+class _Record:
+    """What every record shares: ``kind`` names its type, ``to_dict()`` is its JSON object."""
+
+    kind = "record"
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, **dataclasses.asdict(self)}
+
+
 @dataclass(frozen=True)
-class OrderRecord:
+class OrderRecord(_Record):
     """The order our pass chose for one graph, in bytes of Inductor's estimate (``torch/_inductor/memory.py``).
 
     ``peak`` is the chosen order's estimated peak and ``method`` what found it:
@@ -198,12 +210,9 @@ class OrderRecord:
         stock = self.inductor or {m: self.methods[m] for m in ("baseline", "lpmf", "bfs", "dfs") if m in self.methods}
         return min(stock.values())
 
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, **dataclasses.asdict(self)}
-
 
 @dataclass(frozen=True)
-class SlabRecord:
+class SlabRecord(_Record):
     """The pools ``slab=True`` planned for one graph.
 
     ``pools``: bytes of each pool; ``pooled``/``individual``: buffer groups in
@@ -222,6 +231,9 @@ class SlabRecord:
     wrapper deletes count as the wrapper sees them, and steps are batches
     of the wrapper's planning lines. Compare ``estimated_peak`` with
     ``stock_estimated_peak`` (same model), not with ``OrderRecord.peak``.
+    ``capped``: a pool's offset search stopped on its wall-clock safety cap
+    before its count of restarts was done (its offsets then depend on the
+    machine; a WARNING says so).
     """
 
     graph: str
@@ -233,15 +245,13 @@ class SlabRecord:
     worst_ratio: float
     estimated_peak: int
     stock_estimated_peak: int
+    capped: bool = False
 
     kind = "slab"
 
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, **dataclasses.asdict(self)}
-
 
 @dataclass(frozen=True)
-class GuardRecord:
+class GuardRecord(_Record):
     """What the fusion guard did in one graph: ``checks`` (fusions judged), ``blocked`` (one dict per fusion
     refused: ``nodes``, ``peak``, ``fused_peak``, ``bytes``), ``avoided_by_reordering`` (rises the reorder pass
     undoes, so allowed), ``work`` (its count of effort), ``budget_exhausted``, ``rebuilds``, ``seconds``,
@@ -259,12 +269,9 @@ class GuardRecord:
 
     kind = "guard"
 
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, **dataclasses.asdict(self)}
-
 
 @dataclass(frozen=True)
-class FallbackRecord:
+class FallbackRecord(_Record):
     """A graph where ``stage`` (``"order"``, ``"slab"`` or ``"guard"``) kept Inductor's own behaviour, and why."""
 
     graph: str
@@ -273,20 +280,14 @@ class FallbackRecord:
 
     kind = "fallback"
 
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, **dataclasses.asdict(self)}
-
 
 @dataclass(frozen=True)
-class CacheHitRecord:
+class CacheHitRecord(_Record):
     """``count`` compiles that Inductor's FX graph cache served: no scheduler pass of ours ran for them."""
 
     count: int
 
     kind = "cache_hit"
-
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, **dataclasses.asdict(self)}
 
 
 Record = Union[OrderRecord, SlabRecord, GuardRecord, FallbackRecord, CacheHitRecord]
@@ -423,6 +424,9 @@ class Session:
                          "than the scheduler's estimate in 'ours (est.)' (in-place reuse allocates nothing, "
                          "steps are batches of the wrapper's lines), so the two differ for the same order: compare "
                          "the slab's replay with stock's replay.")
+        ordered = {r.graph for r in graphs}
+        lines += [f"fusion guard in {g.graph}: {len(g.blocked)} of {g.checks} fusions blocked"
+                  for g in guards.values() if g.graph not in ordered]
         lines += [f"fallback ({r.stage}) in {r.graph}: {r.reason}" for r in self.fallbacks]
         if self.cache_hits:
             lines.append(f"{self.cache_hits} graph(s) came from Inductor's FX graph cache (compiled before with "

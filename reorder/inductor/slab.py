@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 
 import sympy
 import torch
@@ -59,11 +60,12 @@ from torch._inductor.utils import is_nonfreeable_buffers
 from torch._inductor.virtualized import V
 
 from ..planning import align
-from ..planning.pools import ALIGNMENT, BufferGroup, GroupKind, PoolLayout, choose_layout
+from ..planning.pools import ALIGNMENT, PACK_SECONDS_CAP, BufferGroup, GroupKind, PoolLayout, choose_layout
 from .reorder_pass import graph_being_compiled
 from .session import FallbackRecord, Session, SlabRecord, sized
 
-__all__ = ["SlabPlanner", "install_codegen", "is_foreign_call", "slab_record", "uninstall_codegen"]
+__all__ = ["SlabPlanner", "compiling_session", "install_codegen", "is_foreign_call", "plan_slab", "slab_record",
+           "uninstall_codegen"]
 
 log = logging.getLogger("reorder")
 
@@ -289,46 +291,81 @@ def slab_record(graph: str, layout: PoolLayout) -> SlabRecord:
     return SlabRecord(graph=graph, pools=sized(p.nbytes for p in layout.pools),
                       pooled=sum(len(p.members) for p in layout.pools), individual=len(layout.individual),
                       pool_bytes=layout.pool_bytes, bound=layout.bound, worst_ratio=layout.worst_ratio,
-                      estimated_peak=layout.estimated_peak, stock_estimated_peak=layout.stock_estimated_peak)
+                      estimated_peak=layout.estimated_peak, stock_estimated_peak=layout.stock_estimated_peak,
+                      capped=any(p.plan.capped for p in layout.pools))
 
 
-def _patched_ir_passes(previous, session: Session):
-    """``run_wrapper_ir_passes`` that plans pools with :class:`SlabPlanner` and records the result in
-    ``session``, or runs ``previous`` on a fallback."""
+def compiling_session() -> Session | None:
+    """The session whose compile is running, if it asked for the slab: the one our pass in the compile's own
+    Inductor configuration records into (Inductor hands a compile its configuration, also a lazily compiled
+    backward in another thread), so concurrent sessions in other threads never mix."""
+    from torch._inductor import config
 
-    def run_wrapper_ir_passes(self, is_inference: bool):
-        name = graph_being_compiled()
-        poison = session.options.poison
-        try:
-            if getattr(V.graph, "cpp_wrapper", False):
-                raise SlabFallback("the C++ wrapper is not covered (Python wrapper only)")
-            planner = SlabPlanner(self, poison=poison)
-            lines = planner.plan(self.lines)
-        except Exception as exc:  # noqa: BLE001 - the user's compile must go on
-            reason = str(exc) if isinstance(exc, SlabFallback) else f"{type(exc).__name__}: {exc}"
-            session.add(FallbackRecord(name, "slab", reason))
-            log.warning("reorder: slab off for %s, Inductor's normal allocation instead: %s", name, reason)
-            return previous(self, is_inference)
-        if poison:
-            self.imports.writeline("from reorder.inductor.slab_check import slab_claim, slab_open, slab_release")
-        self.lines = lines
-        record = slab_record(name, planner.layout)
-        session.add(record)
-        log.info("reorder: %s: %d pools, %d bytes (bound %d), %d groups left individual", name,
-                 len(record.pools), record.pool_bytes, record.bound, record.individual)
-
-    run_wrapper_ir_passes.__wrapped__ = previous
-    return run_wrapper_ir_passes
+    session = getattr(config._post_fusion_custom_pass, "session", None)
+    return session if isinstance(session, Session) and session.options.slab else None
 
 
-def install_codegen(session: Session) -> object:
-    """Patch ``PythonWrapperCodegen.run_wrapper_ir_passes`` to plan pools for ``session`` (its options'
-    ``poison``) and record each graph there; return what it replaced, for :func:`uninstall_codegen`."""
-    saved = vars(wrapper_codegen.PythonWrapperCodegen)["run_wrapper_ir_passes"]
-    wrapper_codegen.PythonWrapperCodegen.run_wrapper_ir_passes = _patched_ir_passes(saved, session)
-    return saved
+def plan_slab(wrapper, previous, is_inference: bool) -> None:
+    """``run_wrapper_ir_passes`` with our pools for the compiling session; Inductor's own without one or on a
+    fallback (recorded, with a WARNING naming the graph and the reason)."""
+    session = compiling_session()
+    if session is None:
+        return previous(wrapper, is_inference)
+    name = graph_being_compiled()
+    poison = session.options.poison
+    try:
+        if getattr(V.graph, "cpp_wrapper", False):
+            raise SlabFallback("the C++ wrapper is not covered (Python wrapper only)")
+        planner = SlabPlanner(wrapper, poison=poison)
+        lines = planner.plan(wrapper.lines)
+    except Exception as exc:  # noqa: BLE001 - the user's compile must go on
+        reason = str(exc) if isinstance(exc, SlabFallback) else f"{type(exc).__name__}: {exc}"
+        session.add(FallbackRecord(name, "slab", reason))
+        log.warning("reorder: slab off for %s, Inductor's normal allocation instead: %s", name, reason)
+        return previous(wrapper, is_inference)
+    if poison:
+        wrapper.imports.writeline("from reorder.inductor.slab_check import slab_claim, slab_open, slab_release")
+    wrapper.lines = lines
+    record = slab_record(name, planner.layout)
+    session.add(record)
+    if record.capped:
+        log.warning("reorder: %s: a pool's offset search hit its %g s safety cap; its offsets depend on this "
+                    "machine's speed", name, PACK_SECONDS_CAP)
+    log.info("reorder: %s: %d pools, %d bytes (bound %d), %d groups left individual", name,
+             len(record.pools), record.pool_bytes, record.bound, record.individual)
 
 
-def uninstall_codegen(saved: object) -> None:
-    """Put back exactly the ``run_wrapper_ir_passes`` that :func:`install_codegen` replaced."""
-    wrapper_codegen.PythonWrapperCodegen.run_wrapper_ir_passes = saved
+#: The process-wide patch: the method it replaced and how many installations use it.
+_patch_lock = threading.Lock()
+_patch: dict = {"original": None, "users": 0}
+
+
+def install_codegen() -> None:
+    """Patch ``PythonWrapperCodegen.run_wrapper_ir_passes`` (once per process, counted) with :func:`plan_slab`.
+
+    The class is shared by every thread, so the patch is too; which session a
+    graph's pools are planned for is decided per compile (:func:`compiling_session`).
+    """
+    cls = wrapper_codegen.PythonWrapperCodegen
+    with _patch_lock:
+        if _patch["users"] == 0:
+            original = vars(cls)["run_wrapper_ir_passes"]
+
+            def run_wrapper_ir_passes(self, is_inference: bool):
+                return plan_slab(self, original, is_inference)
+
+            run_wrapper_ir_passes.__wrapped__ = original
+            _patch["original"] = original
+            cls.run_wrapper_ir_passes = run_wrapper_ir_passes
+        _patch["users"] += 1
+
+
+def uninstall_codegen() -> None:
+    """Undo one :func:`install_codegen`; the last one puts back exactly the method the first replaced."""
+    with _patch_lock:
+        if _patch["users"] == 0:
+            return
+        _patch["users"] -= 1
+        if _patch["users"] == 0:
+            wrapper_codegen.PythonWrapperCodegen.run_wrapper_ir_passes = _patch["original"]
+            _patch["original"] = None

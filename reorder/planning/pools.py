@@ -298,10 +298,11 @@ class PoolPlanner:
         s = [self.starts[i] for i in members]
         e = [self.ends[i] for i in members]
         z = [self.sizes[i] for i in members]
-        offsets = search_offsets(s, e, z, restarts=PACK_RESTARTS, max_seconds=PACK_SECONDS_CAP,
-                                 greedy_work_limit=PACK_GREEDY_WORK).offsets
-        plan = dataclasses.replace(SlabPlan.of_intervals([self.groups[i].name for i in members], s, e, z, offsets,
-                                                         "search"), alignment=ALIGNMENT)
+        found = search_offsets(s, e, z, restarts=PACK_RESTARTS, max_seconds=PACK_SECONDS_CAP,
+                               greedy_work_limit=PACK_GREEDY_WORK)
+        plan = dataclasses.replace(SlabPlan.of_intervals([self.groups[i].name for i in members], s, e, z,
+                                                         found.offsets, "search"),
+                                   alignment=ALIGNMENT, capped=found.capped)
         plan.validate()
         return plan
 

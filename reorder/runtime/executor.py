@@ -194,9 +194,10 @@ class SlabModule:
 def refuse_training(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor]) -> None:
     """Raise :class:`ReorderError` when the call is a training step: the slab program has no backward.
 
-    A trace is for training when autograd would record it: grad mode is on
-    and an input requires grad, or the module is in training mode with a
-    parameter that requires grad. The slab program runs under ``no_grad``
+    A trace is taken for training when grad mode is on and an input requires
+    grad, or the module is in training mode with a parameter that requires
+    grad. (An eval-mode module with grad mode on is traced for inference: its
+    results carry no ``grad_fn``, as under ``torch.no_grad()``.) The slab program runs under ``no_grad``
     (its intermediates are views of one reused slab), so its results would
     have no ``grad_fn`` and ``backward()`` would fail far from the cause.
     """

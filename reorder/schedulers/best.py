@@ -86,8 +86,11 @@ def make_method(spec: str | Method) -> Method:
     ``key=value``, an option given twice, a value of the wrong kind or out of range (checked by the
     method's own dataclass, so ``Exact(max_states=-1)`` says the same).
     """
-    if not isinstance(spec, str):
+    if isinstance(spec, Method):
         return spec
+    if not isinstance(spec, str):
+        raise ReorderError(f"method {spec!r}: expected a method name such as 'lpmf' or 'exact:max_states=10000', "
+                           f"or a method instance")
     name, *items = spec.split(":")
     if name not in METHODS:
         raise ReorderError(f"unknown method {name!r}; known: {', '.join(sorted(METHODS))}")

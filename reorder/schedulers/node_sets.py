@@ -92,10 +92,6 @@ class NodeSets:
                 freed += size
         return freed
 
-    def set_bytes(self) -> int:
-        """The memory one set over these nodes can take: a Python int of ``len(nodes)`` bits."""
-        return int_bytes(len(self.nodes))
-
 
 def int_bytes(width: int) -> int:
     """Bytes of a Python int of ``width`` bits (CPython: a 24-byte header and 30 bits per 4-byte digit)."""
