@@ -376,13 +376,17 @@ def plot_comparison(comparison: Comparison, path: Path) -> Path | None:
     if not runs:
         return None
     ref = comparison.run_of(comparison.reference) if comparison.reference else runs[0]
-    ref_end = ref.curve[-1][0] or 1.0
     top = max(r.peak for r in runs)
     scale, unit = (2**20, "MiB") if top >= 2**20 else (2**10, "KiB") if top >= 2**10 else (1, "bytes")
     fig, (whole, step) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [3, 2]})
     ref_step = ref.last_step_start
+    # the whole run on a scale of what it did: each compiled call, and each stretch between two (the first one
+    # builds and compiles), is one unit, so a long compile or a pause takes no more room than a kernel call
+    units = [float(k) for k in range(1, len(ref.marks) + 1)]
+    for k in range(0, len(units), 2):
+        whole.axvspan(units[k], units[k + 1] if k + 1 < len(units) else units[k], color="grey", alpha=0.08, lw=0)
     for r in runs:
-        times = align_times([t for t, _ in r.curve], r.marks, ref.marks, r.curve[-1][0], ref_end)
+        times = align_times([t for t, _ in r.curve], r.marks, units, r.curve[-1][0], len(units) + 1.0)
         line, = whole.step(times, [b / scale for _, b in r.curve], where="post", linewidth=1.2,
                            label=f"{r.variant}: peak {r.peak / scale:.2f} {unit}")
         if ref_step is not None and r.step_curve:
@@ -393,8 +397,8 @@ def plot_comparison(comparison: Comparison, path: Path) -> Path | None:
             step.step(xs, [(b - r.step_base) / scale for _, b in r.step_curve], where="post", linewidth=1.2,
                       color=line.get_color(),
                       label=f"{r.variant}: {r.step_peak / scale:.2f} {unit} above the step's start")
-    whole.set_xlabel(f"seconds of {ref.variant}'s run: every run aligned at each compiled call,\n"
-                     f"its allocations evenly spaced between calls", fontsize=8)
+    whole.set_xlabel("progress through the run: each compiled call (shaded) and each stretch between calls is\n"
+                     "one unit, allocations evenly spaced inside it; seconds are in the table", fontsize=8)
     whole.set_ylabel(f"real allocated memory above the script's start ({unit})", fontsize=9)
     step.set_ylabel(f"above the step's start ({unit})", fontsize=9)
     whole.set_title("whole run")
