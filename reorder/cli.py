@@ -406,8 +406,11 @@ def pack_exactly(args: argparse.Namespace, inst) -> dict:
         SlabPlan.of_intervals(inst.ids, inst.starts, inst.ends, inst.sizes, found.offsets, "exact").validate()
     bound = found.lower_bound
     if not args.json:
-        ratio = f"{found.slab / bound:.4f}" if bound else "1.0000" if found.slab == 0 else "-"
-        slab = "no packing" if found.slab is None else f"slab {found.slab} B (ratio {ratio}); valid"
+        if found.slab is None:
+            slab = "no packing"
+        else:
+            ratio = f"{found.slab / bound:.4f}" if bound else "1.0000" if found.slab == 0 else "-"
+            slab = f"slab {found.slab} B (ratio {ratio}); valid"
         within = "" if found.capacity is None else f" within {found.capacity} B"
         stopped = ", stopped by the clock" if found.clock_stopped else ""
         print(f"{inst.name}: {len(inst.ids)} buffers, {found.status}{within}: {slab}, lower bound {bound} B, "
