@@ -316,36 +316,3 @@ def test_capture_of_a_failing_script_is_one_line(tmp_path):
     line = one_error_line(reorder("capture", script, "--out", tmp_path / "graphs", cwd=tmp_path))
     assert line == (f"reorder: error: {script} raised ModuleNotFoundError: No module named 'no_such_module_here' "
                     f"(line 2 of {script})")
-
-
-@pytest.mark.slow
-def test_capture_runs_a_script_that_imports_from_its_folder(tmp_path):
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "models.py").write_text(textwrap.dedent("""\
-        import torch
-
-        class MLP(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.fc1, self.fc2 = torch.nn.Linear(32, 64), torch.nn.Linear(64, 8)
-
-            def forward(self, x):
-                return self.fc2(torch.relu(self.fc1(x)))
-        """))
-    script = write_script(project, """\
-        import sys
-        import torch
-        from models import MLP
-
-        assert sys.argv[1:] == ["--epochs", "1"], sys.argv
-        model = torch.compile(MLP())
-        model(torch.randn(4, 32)).sum().backward()
-        """)
-    out = tmp_path / "graphs"
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    result = reorder("capture", script, "--epochs", "1", "--out", out, cwd=elsewhere)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[-1].startswith(f"wrote 2 graphs and inductor-figures.json to {out} ")
-    assert len(list(out.glob("*.json"))) == 3

@@ -191,24 +191,37 @@ def test_the_result_depends_on_counts_not_the_clock(monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_capture_writes_graphs_even_when_inductors_cache_is_warm(tmp_path):
-    script = tmp_path / "train.py"
+    """``reorder capture`` on an ordinary script: run from another folder, with its own arguments, importing a
+    module beside it (as ``python train.py`` would find it), after a plain run has warmed Inductor's cache."""
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / "models.py").write_text(
+        "from torch import nn\n\n"
+        "def mlp():\n"
+        "    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))\n")
+    script = project / "train.py"
     script.write_text(
+        "import sys\n"
         "import torch\n"
-        "from torch import nn\n"
+        "from models import mlp\n"
+        "assert sys.argv[1:] == ['--epochs', '1'], sys.argv\n"
         "torch.manual_seed(0)\n"
-        "m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))\n"
-        "torch.compile(m)(torch.randn(8, 16)).sum().backward()\n"
+        "torch.compile(mlp())(torch.randn(8, 16)).sum().backward()\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_FORCE_DISABLE_CACHES"}
     env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "cache")
-    subprocess.run([sys.executable, str(script)], env=env, check=True, capture_output=True, timeout=600)  # warm it
+    subprocess.run([sys.executable, str(script), "--epochs", "1"], env=env, check=True, capture_output=True,
+                   timeout=600, cwd=elsewhere)  # warm it
     out = tmp_path / "graphs"
-    result = subprocess.run([sys.executable, "-m", "reorder", "capture", str(script), "--out", str(out)],
-                            capture_output=True, text=True, env=env, timeout=600)
+    result = subprocess.run([sys.executable, "-m", "reorder", "capture", str(script), "--epochs", "1", "--out",
+                             str(out)], capture_output=True, text=True, env=env, timeout=600, cwd=elsewhere)
     assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1].startswith(f"wrote 2 graphs and inductor-figures.json to {out} ")
     figures = json.loads((out / "inductor-figures.json").read_text())
-    assert len(figures) == 2
+    assert len(figures) == 2 and len(list(out.glob("*.json"))) == 3
     for name, fig in figures.items():
         graph = load_graph(out / f"{name}.json")
         assert estimate_peak_memory(graph).peak == fig["peak"]["baseline"]
