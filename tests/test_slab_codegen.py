@@ -113,7 +113,7 @@ def test_slab_installs_in_two_threads_plan_for_their_own_sessions_and_restore_th
             seen["b"] = (session, slab.compiling_session())
             seen["patched while B is in"] = vars(PythonWrapperCodegen)["run_wrapper_ir_passes"] is not original
 
-    threads = [threading.Thread(target=thread_a), threading.Thread(target=thread_b)]
+    threads = [threading.Thread(target=thread_a, daemon=True), threading.Thread(target=thread_b, daemon=True)]
     for t in threads:
         t.start()
     for t in threads:
