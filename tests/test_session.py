@@ -94,7 +94,7 @@ def test_installations_are_per_thread_like_inductors_configuration():
     import torch._inductor.config as config
 
     seen = {}
-    ready, done = threading.Barrier(2), threading.Barrier(2)
+    ready, done = threading.Barrier(2, timeout=60), threading.Barrier(2, timeout=60)
 
     def worker(name):
         with hook.use(methods=[name]) as session:
@@ -103,11 +103,11 @@ def test_installations_are_per_thread_like_inductors_configuration():
             done.wait()
         seen[name] += (config._post_fusion_custom_pass,)
 
-    threads = [threading.Thread(target=worker, args=(name,)) for name in ("lpmf", "bfs")]
+    threads = [threading.Thread(target=worker, args=(name,), daemon=True) for name in ("lpmf", "bfs")]
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(timeout=120)
     assert seen == {"lpmf": (True, ("lpmf",), None), "bfs": (True, ("bfs",), None)}
 
 
