@@ -167,18 +167,20 @@ def plan_options(args: argparse.Namespace):
     from .planning import PlanOptions
 
     given = vars(args)
-    flags = {"strategy": "--strategy", "alignment": "--alignment", "restarts": "--restarts", "exact": "--exact",
-             "nodes": "--nodes", "seconds": "--seconds"}
-    options = {("max_seconds" if key == "seconds" else key): given[key] for key in flags if given.get(key) is not None}
+    options = {field: given[key] for key, field in PLAN_FIELDS.items() if given.get(key) is not None}
     if "exclude_inputs" in given:
         options["include_inputs"] = not given["exclude_inputs"]
     try:
         return PlanOptions(**options)
     except PlanError as exc:
         field, _, why = str(exc).partition(": ")
-        flag = next((f for key, f in flags.items() if field.startswith(("max_seconds" if key == "seconds" else key)
-                                                                       + "=")), None)
-        raise PlanError(f"{flag} {given[flag.lstrip('-')]}: {why}" if flag else str(exc)) from None
+        key = next((k for k, f in PLAN_FIELDS.items() if field.startswith(f + "=")), None)
+        raise PlanError(f"--{key} {given[key]}: {why}" if key else str(exc)) from None
+
+
+#: Each planning flag's argument name and the PlanOptions field it sets.
+PLAN_FIELDS = {"strategy": "strategy", "alignment": "alignment", "restarts": "restarts", "exact": "exact",
+               "nodes": "nodes", "seconds": "max_seconds"}
 
 
 #: Printed when the wall-clock safety cap cut the slab search short.
