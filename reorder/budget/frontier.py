@@ -1,0 +1,130 @@
+"""The trade-off between a training step's peak and its recomputation, and the choice under a budget.
+
+Candidates are partitions of one :class:`~reorder.budget.step_graph.StepGraph`:
+the partition Inductor made (*stock*); for each price of recomputation in
+:data:`PRICES`, the partition that minimises ``saved bytes + price x
+recomputed cost`` (:func:`~reorder.budget.partition.cheapest_partition`);
+and the same for each segment count of
+:data:`~reorder.budget.segments.SEGMENTS` at the prices of
+:data:`SEGMENT_PRICES`, keeping the values at the segments' boundaries
+saved (:func:`~reorder.budget.segments.segment_boundaries`), so that the
+backward recomputes one segment at a time.
+Each is judged by the step's estimated peak
+(:func:`~reorder.budget.step_peak.step_peak`). The :class:`Frontier` keeps
+the candidates below stock's peak whose peak falls as their cost rises
+(sorted by cost, each strictly lower than every cheaper one), and
+:meth:`Frontier.choose` picks for a budget in bytes:
+
+* stock itself when the budget is at least stock's estimate (the compile is
+  then exactly Inductor's);
+* else the cheapest frontier point within the budget;
+* else the lowest point (the budget cannot be met: ``feasible`` is False).
+
+A smaller budget therefore never gets a higher estimated peak: the points
+meeting it are a suffix of the frontier, whose peaks fall. Everything here
+is a count (the prices, our ordering methods' effort), so one graph gives
+the same choice on any machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Iterable, Sequence
+
+from ..errors import ReorderError
+from .partition import Partition, cheapest_partition, partition_of
+from .segments import SEGMENTS, segment_boundaries
+from .step_graph import StepGraph
+from .step_peak import ORDER_METHODS, StepPeak, step_peak
+
+__all__ = ["PRICES", "SEGMENT_PRICES", "Candidate", "Choice", "Frontier", "frontier", "price_label"]
+
+#: Prices of recomputation tried, in bytes saved per unit of cost: None (infinite: recompute nothing), powers of
+#: two from 16 down to 2**-24 (a matrix product of inner size k frees about 2/k bytes per operation, an attention
+#: over s keys about 1/s, a pointwise op 4 per element), and 0 (save the fewest bytes the rules allow).
+PRICES: tuple[Fraction | None, ...] = (None, *(Fraction(2) ** k for k in range(4, -25, -1)), Fraction(0))
+
+#: Prices tried with each segmentation: every other power of two of :data:`PRICES`, and 0.
+SEGMENT_PRICES: tuple[Fraction, ...] = (*(Fraction(2) ** k for k in range(4, -25, -2)), Fraction(0))
+
+
+def price_label(price: Fraction | None) -> str:
+    """How a price is written in records: ``"inf"``, ``"1/64"``, ``"0"``."""
+    return "inf" if price is None else str(price)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A partition with its estimated step peak; ``source`` is ``"inductor"`` or ``"price <p>"``."""
+
+    partition: Partition
+    peak: StepPeak
+    source: str
+
+    @property
+    def cost(self) -> int:
+        return self.partition.cost
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What :meth:`Frontier.choose` picked for ``budget`` bytes, and whether its estimate meets it."""
+
+    candidate: Candidate
+    budget: int
+    feasible: bool
+
+    @property
+    def is_stock(self) -> bool:
+        return self.candidate.source == "inductor"
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """Stock's candidate and the frontier below it: ``points`` by rising cost, strictly falling peak."""
+
+    stock: Candidate
+    points: tuple[Candidate, ...]
+
+    @property
+    def lowest(self) -> Candidate:
+        """The candidate with the lowest estimated peak (stock if nothing is below it)."""
+        return self.points[-1] if self.points else self.stock
+
+    def choose(self, budget: int) -> Choice:
+        """The cheapest candidate whose estimated peak is at most ``budget`` bytes (see the module docstring)."""
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ReorderError(f"memory budget {budget!r}: expected a number of bytes >= 1")
+        if budget >= self.stock.peak.peak:
+            return Choice(self.stock, budget, True)
+        for point in self.points:
+            if point.peak.peak <= budget:
+                return Choice(point, budget, True)
+        return Choice(self.lowest, budget, False)
+
+
+def frontier(graph: StepGraph, stock_saved: Iterable[int], prices: Sequence[Fraction | None] = PRICES,
+             segments: Sequence[int] = SEGMENTS, segment_prices: Sequence[Fraction] = SEGMENT_PRICES,
+             methods: Sequence[str] = ORDER_METHODS, held_before: int = 0) -> Frontier:
+    """Stock's partition (the values Inductor saves, ``stock_saved``) and the frontier of the other candidates;
+    ``held_before``: bytes earlier compiled regions of the step hold (see :func:`~reorder.budget.step_peak.step_peak`)."""
+    stock_partition = partition_of(graph, stock_saved)
+    stock = Candidate(stock_partition, step_peak(graph, stock_partition, methods, held_before), "inductor")
+    seen = {stock_partition.saved}
+    candidates = []
+    plans = [((), price, f"price {price_label(price)}") for price in prices]
+    for count in segments:
+        kept = segment_boundaries(graph, count)
+        plans += [(kept, price, f"{count} segments, price {price_label(price)}") for price in segment_prices if kept]
+    for kept, price, source in plans:
+        partition = cheapest_partition(graph, price, kept)
+        if partition.saved in seen:
+            continue
+        seen.add(partition.saved)
+        candidates.append(Candidate(partition, step_peak(graph, partition, methods, held_before), source))
+    points: list[Candidate] = []
+    for candidate in sorted(candidates, key=lambda c: (c.cost, c.peak.peak)):
+        if candidate.peak.peak < (points[-1].peak.peak if points else stock.peak.peak):
+            points.append(candidate)
+    return Frontier(stock, tuple(points))

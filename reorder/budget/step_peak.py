@@ -1,0 +1,220 @@
+"""The estimated peak of a training step under a partition: its forward and backward as scheduler graphs.
+
+A partition (:class:`~reorder.budget.partition.Partition`) makes two
+programs, and the step's peak is the higher of their peaks, in bytes above
+what was live before the step (parameters and the batch cost nothing):
+
+* the **forward** runs its nodes; the values it saves and its outputs are
+  graph outputs, never freed, so they accumulate to its end;
+* the **backward** starts with the saved values and the tangents live, frees
+  each after its last reader (Inductor's backward deletes its inputs as they
+  die, and the autograd engine hands it the tangents), and allocates the
+  gradients, which outlive it.
+
+Each program becomes a :class:`~reorder.graph.Graph` at the level of fused
+kernels: a pointwise node whose readers can all take it into their kernels
+(the ``fusible`` flag) gets no buffer, and its readers read what it read;
+anything a matrix product, convolution, attention or any other non-fusible
+node reads is materialised, and so are the programs' outputs. Views share
+their base's storage (aliases), elements of a multi-output node are its
+children. Each program's graph is Inductor's model of it (what
+``torch/_inductor/memory.py`` estimates); its peak is what Inductor's
+generated code allocates for the order judged
+(:func:`~reorder.budget.wrapper_reuse.wrapper_peak`): a kernel Inductor
+generates writes its output into an input that dies there when the sizes
+match (in-place update), and a dead buffer's storage goes to a later buffer
+of its size (the reuse pool). Storage can be handed on when the program
+allocated it, or when it is a donated buffer (a saved value the backward
+owns, ``torch._functorch.config.donated_buffer``).
+
+Each program is judged in two orders, and the higher peak counts: as
+Inductor lists its nodes (the forward in the joint graph's order, the
+backward as Inductor reorders it to mimic the autograd engine,
+:func:`autograd_order`: a recomputed node just before its first use), and
+the order the reorder pass would choose (the lowest of our methods in
+Inductor's model). Neither is exactly what the compiled code runs: Inductor
+fuses these nodes into kernels, and a fused kernel runs where its last
+member runs. A step compiled in several regions (graph breaks) holds what
+earlier regions saved: ``held_before`` adds it.
+
+This is a model of fused kernels, not Inductor's scheduler itself; how far it
+is from the allocator's real peak is measured on the real-model benchmark
+(docs/inductor.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..graph import BufferSpec, Graph, InputSpec, NodeSpec, build_graph
+from ..schedulers import reorder_for_peak_memory
+from .partition import Partition
+from .step_graph import StepGraph
+from .wrapper_reuse import wrapper_peak
+
+__all__ = ["ORDER_METHODS", "Program", "StepPeak", "autograd_order", "programs_of", "step_peak"]
+
+#: Our methods whose best order (in Inductor's model) each program is also judged in: the reorder pass's choice.
+ORDER_METHODS: tuple[str, ...] = ("lpmf", "bfs", "dfs", "refine")
+
+
+@dataclass(frozen=True)
+class StepPeak:
+    """Estimated bytes above the step's start: ``peak`` (what earlier regions hold, ``held_before``, plus the
+    higher of the two programs' peaks), ``forward`` (the forward's peak, saved values accumulating),
+    ``backward`` (the backward's, from the saved values and tangents it starts with) and ``saved`` (what the
+    forward hands the backward)."""
+
+    peak: int
+    forward: int
+    backward: int
+    saved: int
+    held_before: int = 0
+
+
+def step_peak(graph: StepGraph, partition: Partition, methods: Sequence[str] = ORDER_METHODS,
+              held_before: int = 0) -> StepPeak:
+    """The step's estimated peak under ``partition`` (see the module docstring)."""
+    fw, bw = (program.peak(methods) for program in programs_of(graph, partition))
+    return StepPeak(held_before + max(fw, bw), fw, bw, partition.saved_bytes, held_before)
+
+
+@dataclass(frozen=True)
+class Program:
+    """One program of a partition as a scheduler graph of fused kernels, with what in-place reuse needs:
+    ``generated`` (per node: Inductor generates its kernel) and ``reusable`` (per buffer: a kernel may write
+    into it once it dies)."""
+
+    graph: Graph
+    generated: tuple[bool, ...]
+    reusable: tuple[bool, ...]
+
+    def peak(self, methods: Sequence[str] = ORDER_METHODS) -> int:
+        """The peak the generated code allocates, the higher of two orders: as listed, and the one the reorder
+        pass would choose (the lowest of ``methods`` in Inductor's model; none: the listed order alone)."""
+        orders = [range(self.graph.num_nodes)]
+        if methods:
+            orders.append(reorder_for_peak_memory(self.graph, methods).order)
+        return max(wrapper_peak(self.graph, order, self.generated, self.reusable) for order in orders)
+
+
+def programs_of(graph: StepGraph, partition: Partition) -> tuple[Program, Program]:
+    """The forward and the backward of ``partition`` (see the module docstring).
+
+    A primal the step owns (``owned``) is live from the forward's start and freed after its last reader unless
+    saved; a saved one is handed to the backward like any other saved value.
+    """
+    free = graph.costs_nothing
+    returned = {graph.storage[v] for v in graph.forward_outputs}
+    forward_inputs = {v: _Input(0, False, False) if free[v] else _Input(graph.bytes[v], True, False)
+                      for v in range(graph.num_nodes) if graph.role[v] == "primal"}
+    backward_inputs: dict[int, _Input] = {}
+    for v in partition.saved:
+        s = graph.storage[v]
+        backward_inputs[v] = _Input(0, False, False) if free[s] else _Input(graph.bytes[s], True, s not in returned)
+    for v in range(graph.num_nodes):
+        if graph.role[v] == "tangent":
+            backward_inputs[v] = _Input(graph.bytes[v], True, False)
+    forward_outputs = [*graph.forward_outputs, *partition.saved]
+    return (_program(graph, f"{graph.name}_forward", partition.forward, forward_inputs, forward_outputs),
+            _program(graph, f"{graph.name}_backward", autograd_order(graph, partition.backward), backward_inputs,
+                     graph.backward_outputs))
+
+
+def autograd_order(graph: StepGraph, backward: Sequence[int]) -> list[int]:
+    """The backward's nodes as Inductor lists them (``reordering_to_mimic_autograd_engine``): from the first node
+    that reads a tangent on, each node of the joint order right after what it needs that is not listed yet
+    (recomputed forward nodes come just before their first use, not all at the start)."""
+    in_backward = set(backward)
+    position = {v: k for k, v in enumerate(backward)}
+    first = next((k for k, v in enumerate(backward)
+                  if any(graph.role[a] == "tangent" for a in graph.args[v])), len(backward))
+    listed: set[int] = set()
+    order: list[int] = []
+    for v in backward[first:]:
+        if v in listed:
+            continue
+        needed, stack = [], [v]
+        while stack:
+            u = stack.pop()
+            if u in listed or u not in in_backward:
+                continue
+            listed.add(u)
+            needed.append(u)
+            stack.extend(graph.args[u])
+        order.extend(sorted(needed, key=position.__getitem__))
+    order.extend(v for v in backward if v not in listed)  # nothing reads a tangent: the joint order
+    return order
+
+
+@dataclass(frozen=True)
+class _Input:
+    """A program input: its bytes, whether the program frees it, whether a kernel may write into it (donated)."""
+
+    bytes: int
+    freeable: bool
+    donated: bool
+
+
+def _program(graph: StepGraph, name: str, runs: Sequence[int], inputs: dict[int, _Input],
+             outputs: Sequence[int]) -> Program:
+    """One program: ``runs`` (node ids, in order) reading ``inputs``, keeping ``outputs``, in Inductor's model.
+
+    Inputs of one storage share one buffer, named after the storage's root (a saved view holds its base).
+    """
+    in_program = set(runs)
+    storage = graph.storage
+    kept = {storage[v] for v in outputs if not graph.costs_nothing[storage[v]]}
+    needed = _materialised(graph, runs, in_program, kept)
+    buffer_of: dict[int, str] = {}  # values with a buffer in this program
+    fused_reads: dict[int, tuple[str, ...]] = {}  # values computed inside their readers' kernels: what they read
+    input_specs: dict[str, InputSpec] = {}
+    donated: set[str] = set()
+    for v, given in inputs.items():
+        root = storage[v] if storage[v] not in in_program else v
+        buffer_of[v] = graph.node_names[root]
+        input_specs.setdefault(buffer_of[v], InputSpec(buffer_of[v], given.bytes, given.freeable))
+        if given.donated:
+            donated.add(buffer_of[v])
+
+    def reading(v: int) -> tuple[str, ...]:
+        return (buffer_of[v],) if v in buffer_of else fused_reads.get(v, ())
+
+    specs, generated, produced = [], [], set()
+    for v in runs:
+        reads = list(dict.fromkeys(b for a in graph.args[v] for b in reading(a)))
+        base, parent = graph.view_of[v], graph.element_of[v]
+        if (base is not None and base not in buffer_of) or (graph.pointwise[v] and base is None and v not in needed):
+            fused_reads[v] = tuple(reads)  # fused into its readers (a view of a fused value is fused too)
+            continue
+        buffer = buffer_of[v] = graph.node_names[v]
+        if base is not None:
+            spec = BufferSpec(buffer, 0, alias_of=buffer_of[base], alias_kind="view")
+        elif parent is not None:
+            spec = BufferSpec(buffer, graph.bytes[v], parent=buffer_of[parent])
+        else:
+            spec = BufferSpec(buffer, graph.bytes[v])
+        if base is None and graph.bytes[v]:
+            produced.add(buffer)
+        specs.append(NodeSpec(buffer, [spec], reads=reads))
+        generated.append(graph.fusible[v] and base is None and parent is None)
+    output_names = list(dict.fromkeys(buffer_of[s] for s in sorted(kept) if s in buffer_of))
+    program = build_graph(specs, list(input_specs.values()), output_names, name=name)
+    reusable = tuple(not program.children[b] and (name_ in produced or name_ in donated)
+                     for b, name_ in enumerate(program.buffer_names))
+    return Program(program, tuple(generated), reusable)
+
+
+def _materialised(graph: StepGraph, runs: Sequence[int], in_program: set[int], kept: set[int]) -> set[int]:
+    """Nodes whose value needs a buffer: kept as outputs, or read (through views) by a node that cannot fuse it."""
+    needed = set(kept)
+    for v in reversed(runs):  # readers come later: a view's need is known before its base's
+        if v in needed:
+            continue
+        for u in graph.users[v]:
+            if u in in_program and ((graph.view_of[u] == v and u in needed) or
+                                    (graph.view_of[u] != v and not graph.fusible[u])):
+                needed.add(v)
+                break
+    return needed

@@ -1,0 +1,84 @@
+"""What Inductor's generated code allocates for an order: storage handed from dead buffers to new ones.
+
+Inductor's estimate (``torch/_inductor/memory.py``, :func:`~reorder.timeline.estimate_peak_memory`)
+counts every buffer from its producer to its last reader. The code Inductor
+generates allocates less, in two ways (``torch/_inductor/codegen/wrapper.py``
+and ``Scheduler.decide_inplace_update``, torch 2.13):
+
+* **in place**: a kernel Inductor generates writes its output into a buffer
+  it reads and is the last reader of, when the output needs between 95% and
+  100% of that buffer's storage; the output allocates nothing;
+* **reuse pool**: a buffer that dies goes into a pool keyed by its storage
+  size (and dtype and device, which bytes stand for here); a later allocation
+  of that size takes the most recently pooled one, and between the free and
+  the reuse the storage stays allocated. Inductor allows a reuse when it
+  comes right after the free or when holding the storage keeps its own
+  estimate under that estimate's peak; its estimate counts every buffer of
+  a fused kernel at once and both buffers of an in-place update, so it is
+  well above what the code allocates and nearly every reuse passes. Here
+  every reuse is taken: the replay errs on the side of holding storage.
+
+Only buffers the program allocated, and donated inputs (saved values the
+backward owns), can be handed on; views and multi-output parents cannot.
+:func:`wrapper_peak` replays an order under these rules and returns the peak
+of the bytes allocated: the allocator's view of the program, which
+:func:`~reorder.budget.step_peak.step_peak` uses for each program of a step.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..graph import Graph
+from ..timeline import lifetimes
+
+__all__ = ["wrapper_peak"]
+
+
+def wrapper_peak(graph: Graph, order: Sequence[int], generated: Sequence[bool], reusable: Sequence[bool]) -> int:
+    """The peak bytes the generated code allocates when it runs ``order`` (see the module docstring).
+
+    ``generated[v]``: Inductor generates node ``v``'s kernel (extern kernels
+    such as matrix products never write in place); ``reusable[b]``: buffer
+    ``b``'s storage may be handed to another buffer once ``b`` dies.
+    """
+    life = lifetimes(graph, order)
+    n = graph.num_nodes
+    allocates = list(graph.size_alloc)
+    frees = [0 if graph.is_output[b] else graph.size_free[b] for b in range(graph.num_buffers)]
+    handed = [False] * graph.num_buffers  # its storage went on to another buffer
+    pool: dict[int, list[int]] = {}  # storage size -> buffers that died, most recent last
+    dying: list[list[int]] = [[] for _ in range(n)]
+    for b in range(graph.num_buffers):
+        if life.end[b] is not None and reusable[b] and not graph.is_output[b]:
+            dying[life.end[b]].append(b)
+    for step, v in enumerate(order):
+        for b in graph.outputs[v]:
+            size = graph.size_alloc[b]
+            if graph.alias_of[b] is not None or graph.parent[b] is not None or graph.children[b] or not size:
+                continue
+            taken = None
+            if generated[v]:
+                taken = next((x for x in graph.reads[v] if reusable[x] and not handed[x] and life.end[x] == step
+                              and not graph.is_output[x] and 0.95 * graph.size_free[x] <= size <= graph.size_free[x]),
+                             None)
+            if taken is None and pool.get(size):
+                taken = pool[size].pop()
+            if taken is not None:  # b lives in taken's storage: nothing allocated, taken's storage freed when b dies
+                handed[taken] = True
+                allocates[b] = 0
+                frees[b] = 0 if graph.is_output[b] else frees[taken]
+                frees[taken] = 0
+        for x in dying[step]:
+            if not handed[x]:
+                pool.setdefault(graph.size_free[x], []).append(x)
+    delta = [0] * (n + 2)
+    for b in range(graph.num_buffers):
+        delta[life.start[b]] += allocates[b]
+        if life.end[b] is not None:
+            delta[life.end[b] + 1] -= frees[b]
+    peak = live = 0
+    for t in range(n + 1):
+        live += delta[t]
+        peak = max(peak, live)
+    return peak

@@ -1,0 +1,290 @@
+"""The budget partitioner's decision on plain data: the minimum cut, partitions, the step's estimated peak, the
+wrapper's buffer reuse, segments and the frontier's choice (no torch compile here)."""
+
+from fractions import Fraction
+from itertools import combinations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from helpers import build, graph_specs, random_order
+from reorder.budget import (Frontier, StepNodeSpec, build_step_graph, cheapest_partition, frontier,
+                            min_cut_source_side, partition_of, segment_boundaries, step_peak, wrapper_peak)
+from reorder.budget.frontier import Candidate
+from reorder.budget.step_peak import StepPeak, autograd_order, programs_of
+from reorder.errors import GraphError, ReorderError
+from reorder.timeline import estimate_peak_memory
+
+# --- minimum cut ----------------------------------------------------------------------------------------------------
+
+
+@st.composite
+def networks(draw):
+    n = draw(st.integers(2, 6))
+    edges = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1), st.integers(0, 9)), max_size=14))
+    return n, [(u, v, c) for u, v, c in edges if u != v]
+
+
+def cut_value(edges, side):
+    return sum(c for u, v, c in edges if side[u] and not side[v])
+
+
+@given(networks())
+def test_the_minimum_cut_is_the_smallest_of_all_cuts_and_its_side_is_the_smallest(network):
+    n, edges = network
+    value, side = min_cut_source_side(n, edges, 0, n - 1)
+    assert side[0] and not side[n - 1]
+    assert cut_value(edges, side) == value
+    sides = [[bool(mask >> k & 1) for k in range(n)] for mask in range(2 ** n) if mask & 1 and not mask >> (n - 1) & 1]
+    assert value == min(cut_value(edges, s) for s in sides)
+    for s in sides:  # every minimum cut's source side contains ours
+        if cut_value(edges, s) == value:
+            assert all(s[k] for k in range(n) if side[k])
+
+
+def test_a_negative_capacity_is_refused():
+    with pytest.raises(ValueError, match="capacity -1"):
+        min_cut_source_side(2, [(0, 1, -1)], 0, 1)
+
+
+# --- step graphs and partitions -------------------------------------------------------------------------------------
+
+
+def chain(random_middle: bool = False):
+    """x -> a = mm(x) -> b = relu(a) -> c = mm(b) -> loss; the backward reads a, b and c."""
+    return build_step_graph([
+        StepNodeSpec("x", "primal", bytes=400),
+        StepNodeSpec("a", "forward", ["x"], bytes=400, cost=100_000),
+        StepNodeSpec("b", "forward", ["a"], bytes=400, pointwise=True, fusible=True, cost=100,
+                     recomputable=not random_middle),
+        StepNodeSpec("c", "forward", ["b"], bytes=100, cost=40_000),
+        StepNodeSpec("loss", "forward", ["c"], bytes=4, fusible=True, cost=100),
+        StepNodeSpec("t", "tangent", bytes=4),
+        StepNodeSpec("gc", "backward", ["t", "c"], bytes=100, pointwise=True, fusible=True, cost=100),
+        StepNodeSpec("gb", "backward", ["gc", "b"], bytes=400, cost=40_000),
+        StepNodeSpec("ga", "backward", ["gb", "a"], bytes=400, pointwise=True, fusible=True, cost=400),
+        StepNodeSpec("gw", "backward", ["ga", "x"], bytes=64, cost=100_000),
+    ], ["loss"], ["gw"], name="chain")
+
+
+def test_a_partition_follows_from_what_is_saved():
+    graph = chain()
+    saved = graph.ids(["a", "b", "c", "x"])
+    everything = partition_of(graph, saved)
+    assert everything.recomputed == () and everything.cost == 0
+    assert everything.saved_bytes == 900  # a, b, c; the primal costs nothing
+    assert graph.node_names[everything.backward[0]] == "gc"
+    fewer = partition_of(graph, graph.ids(["a", "c", "x"]))
+    assert [graph.node_names[v] for v in fewer.recomputed] == ["b"] and fewer.cost == 100
+    assert fewer.saved_bytes == 500
+    unread = partition_of(graph, graph.ids(["a", "b", "c", "x", "loss"]))
+    assert unread.saved == everything.saved  # the backward does not read the loss: dropped
+
+
+def test_an_invalid_partition_is_refused_naming_the_node():
+    graph = chain(random_middle=True)
+    with pytest.raises(ReorderError, match="recompute 'b', which may not be recomputed"):
+        partition_of(graph, graph.ids(["a", "c", "x"]))
+    with pytest.raises(ReorderError, match="reads primal 'x', which is not saved"):
+        partition_of(graph, graph.ids(["a", "b", "c"]))
+
+
+def test_the_price_moves_the_cut_from_saving_to_recomputing():
+    graph = chain()
+    names = lambda p: sorted(graph.node_names[v] for v in p.saved)  # noqa: E731
+    assert names(cheapest_partition(graph, None)) == ["a", "b", "c", "x"]
+    assert names(cheapest_partition(graph, Fraction(1, 2))) == ["a", "c", "x"]  # relu: 400 B against 50
+    everything = cheapest_partition(graph, Fraction(0))
+    assert names(everything) == ["x"] and everything.cost == 140_100
+    random_kept = cheapest_partition(chain(random_middle=True), Fraction(0))
+    assert names(random_kept) == ["b", "x"]  # never recomputes the random op: saves it, recomputes c from it
+
+
+def test_kept_values_are_saved_whatever_the_price():
+    graph = chain()
+    kept = cheapest_partition(graph, Fraction(0), graph.ids(["b"]))
+    assert sorted(graph.node_names[v] for v in kept.saved) == ["b", "x"]
+
+
+def test_step_graphs_are_checked():
+    with pytest.raises(GraphError, match="role 'middle'"):
+        build_step_graph([StepNodeSpec("a", "middle")], [], [])
+    with pytest.raises(GraphError, match="argument 'b' is not an earlier node"):
+        build_step_graph([StepNodeSpec("a", "forward", ["b"]), StepNodeSpec("b", "forward")], [], [])
+    with pytest.raises(GraphError, match="duplicate node name 'a'"):
+        build_step_graph([StepNodeSpec("a", "primal"), StepNodeSpec("a", "forward")], [], [])
+    with pytest.raises(GraphError, match="forward output 'z' is not a node"):
+        build_step_graph([StepNodeSpec("a", "primal")], ["z"], [])
+
+
+@st.composite
+def step_graphs(draw):
+    """Random joint graphs: primals, a forward DAG, a tangent and a backward that reads forward values."""
+    sizes = st.integers(0, 8).map(lambda k: 16 * k)
+    specs = [StepNodeSpec(f"p{k}", "primal", bytes=draw(sizes), owned=draw(st.booleans()))
+             for k in range(draw(st.integers(1, 2)))]
+    forward = []
+    for k in range(draw(st.integers(1, 6))):
+        args = draw(st.lists(st.sampled_from([s.name for s in specs]), min_size=1, max_size=2, unique=True))
+        specs.append(StepNodeSpec(f"f{k}", "forward", args, bytes=draw(sizes), cost=draw(st.integers(0, 50)),
+                                  pointwise=draw(st.booleans()), fusible=draw(st.booleans()),
+                                  recomputable=draw(st.integers(0, 4)) > 0))
+        forward.append(f"f{k}")
+    specs.append(StepNodeSpec("t", "tangent", bytes=draw(sizes)))
+    previous = "t"
+    for k in range(draw(st.integers(1, 4))):
+        args = [previous, *draw(st.lists(st.sampled_from(forward + [specs[0].name]), max_size=2, unique=True))]
+        specs.append(StepNodeSpec(f"g{k}", "backward", args, bytes=draw(sizes), cost=draw(st.integers(0, 50)),
+                                  pointwise=draw(st.booleans()), fusible=draw(st.booleans())))
+        previous = f"g{k}"
+    return build_step_graph(specs, [forward[-1]], [previous], name="random")
+
+
+def objective(graph, partition, price):
+    return sum(graph.saved_bytes[v] for v in partition.saved) + price * partition.cost
+
+
+@settings(max_examples=60)
+@given(step_graphs(), st.sampled_from([Fraction(0), Fraction(1, 4), Fraction(1), Fraction(8)]))
+def test_the_cheapest_partition_beats_every_valid_saved_set(graph, price):
+    best = cheapest_partition(graph, price)
+    primals = [v for v in range(graph.num_nodes) if graph.role[v] == "primal"]
+    choosable = [v for v in range(graph.num_nodes) if graph.role[v] == "forward"]
+    for size in range(len(choosable) + 1):
+        for subset in combinations(choosable, size):
+            try:
+                other = partition_of(graph, [*subset, *primals])
+            except ReorderError:
+                continue
+            assert objective(graph, best, price) <= objective(graph, other, price)
+
+
+# --- the step's estimated peak --------------------------------------------------------------------------------------
+
+
+def test_the_step_peak_of_the_chain_by_hand():
+    graph = chain()
+    saving = step_peak(graph, partition_of(graph, graph.ids(["a", "b", "c", "x"])))
+    # forward: a 400, b 400 (saved: a buffer), c 100, loss 4, all kept: 904. Backward: a, b, c and t (904);
+    # gc writes into c (its only reader, same size); t dies (900); gb allocates 400 (1300), then frees gc and b;
+    # ga writes into gb; a dies; gw 64.
+    assert saving == StepPeak(peak=1300, forward=904, backward=1300, saved=900)
+    recomputing = step_peak(graph, partition_of(graph, graph.ids(["a", "c", "x"])))
+    # forward: b is a buffer while c reads it (900), then freed. Backward: a, c, t (504); gc into c; t dies (500);
+    # b recomputed from a (900; a is read later by ga, so no in-place); gb 400 (1300).
+    assert recomputing == StepPeak(peak=1300, forward=900, backward=1300, saved=500)
+    assert step_peak(graph, partition_of(graph, graph.ids(["a", "c", "x"])), held_before=1000).peak == 2300
+
+
+def test_the_backward_lists_a_recomputed_node_just_before_its_first_use():
+    graph = chain()
+    partition = partition_of(graph, graph.ids(["a", "c", "x"]))
+    assert [graph.node_names[v] for v in autograd_order(graph, partition.backward)] == ["gc", "b", "gb", "ga", "gw"]
+
+
+def test_a_generated_kernel_writes_in_place_into_an_input_that_dies_there():
+    graph = build_step_graph([
+        StepNodeSpec("x", "primal", bytes=400),
+        StepNodeSpec("a", "forward", ["x"], bytes=400, cost=1),
+        StepNodeSpec("b", "forward", ["a"], bytes=400, fusible=True, cost=1),  # a reduction-free kernel, not fused
+        StepNodeSpec("loss", "forward", ["b"], bytes=4, cost=1),
+        StepNodeSpec("t", "tangent", bytes=4),
+        StepNodeSpec("g", "backward", ["t", "x"], bytes=400, cost=1),
+    ], ["loss"], ["g"])
+    forward, _ = programs_of(graph, partition_of(graph, graph.ids(["x"])))
+    assert estimate_peak_memory(forward.graph).peak == 800  # Inductor's model: a and b both
+    assert forward.peak() == 404  # b takes a's storage
+
+
+# --- the wrapper's buffer reuse -------------------------------------------------------------------------------------
+
+
+@settings(max_examples=80)
+@given(graph_specs(max_nodes=9), st.lists(st.integers(0, 50), max_size=9), st.data())
+def test_without_reusable_buffers_the_replay_is_inductors_estimate_and_in_place_only_lowers_it(spec, priorities,
+                                                                                               data):
+    graph = build(spec)
+    order = random_order(graph, priorities)
+    generated = data.draw(st.lists(st.booleans(), min_size=graph.num_nodes, max_size=graph.num_nodes))
+    reusable = data.draw(st.lists(st.booleans(), min_size=graph.num_buffers, max_size=graph.num_buffers))
+    reusable = [r and graph.alias_of[b] is None and not graph.children[b] for b, r in enumerate(reusable)]
+    estimate = estimate_peak_memory(graph, order).peak
+    assert wrapper_peak(graph, order, generated, [False] * graph.num_buffers) == estimate
+    sizes = [graph.size_alloc[b] for b in range(graph.num_buffers) if reusable[b]]
+    if len(set(sizes)) == len(sizes):  # no two reusable buffers of one size: only in-place updates, which lower it
+        assert wrapper_peak(graph, order, generated, reusable) <= estimate
+
+
+def test_the_pool_hands_a_dead_buffer_to_the_next_of_its_size():
+    from reorder.graph import BufferSpec, NodeSpec, build_graph
+
+    graph = build_graph([
+        NodeSpec("n0", [BufferSpec("a", 100)]),
+        NodeSpec("n1", [BufferSpec("b", 100)], reads=["a"]),
+        NodeSpec("n2", [BufferSpec("c", 100)], reads=["b"]),
+    ], outputs=["c"])
+    # no in-place (extern kernels): a dies after n1, c takes its storage at n2; b is live beside both
+    assert estimate_peak_memory(graph).peak == 200
+    assert wrapper_peak(graph, [0, 1, 2], [False] * 3, [True, True, True]) == 200
+    # generated kernels write in place: b takes a's storage, c takes b's
+    assert wrapper_peak(graph, [0, 1, 2], [True] * 3, [True, True, True]) == 100
+
+
+# --- segments and the frontier --------------------------------------------------------------------------------------
+
+
+def layers(count: int = 4, width: int = 100):
+    """A stack of layers: each makes a wide value from a narrow one and a narrow one from that; the backward reads
+    every wide value."""
+    specs = [StepNodeSpec("x", "primal", bytes=width)]
+    previous = "x"
+    for k in range(count):
+        specs.append(StepNodeSpec(f"wide{k}", "forward", [previous], bytes=4 * width, cost=4 * width * width))
+        specs.append(StepNodeSpec(f"narrow{k}", "forward", [f"wide{k}"], bytes=width, cost=4 * width * width))
+        previous = f"narrow{k}"
+    specs += [StepNodeSpec("loss", "forward", [previous], bytes=4, cost=1), StepNodeSpec("t", "tangent", bytes=4)]
+    grad = "t"
+    for k in reversed(range(count)):
+        specs.append(StepNodeSpec(f"g{k}", "backward", [grad, f"wide{k}"], bytes=width, cost=4 * width * width))
+        grad = f"g{k}"
+    return build_step_graph(specs, ["loss"], [grad], name="layers")
+
+
+def test_segment_boundaries_are_the_values_crossing_the_cuts():
+    graph = layers()
+    assert [graph.node_names[v] for v in segment_boundaries(graph, 2)] == ["narrow1"]
+    assert [graph.node_names[v] for v in segment_boundaries(graph, 4)] == ["narrow0", "narrow1", "narrow2"]
+    assert segment_boundaries(graph, 1) == () and segment_boundaries(graph, 50) == ()
+
+
+def test_checkpointing_segments_lowers_the_peak_below_recomputing_everything():
+    graph = layers()
+    whole = step_peak(graph, cheapest_partition(graph, Fraction(0)))
+    segmented = step_peak(graph, cheapest_partition(graph, Fraction(0), segment_boundaries(graph, 4)))
+    assert segmented.saved > whole.saved and segmented.peak < whole.peak
+
+
+def test_the_frontier_falls_and_the_choice_is_monotone():
+    graph = layers(6)
+    stock = partition_of(graph, graph.ids(f"wide{k}" for k in range(6)) + graph.ids(["x"]))
+    front = frontier(graph, stock.saved)
+    costs = [p.cost for p in front.points]
+    peaks = [p.peak.peak for p in front.points]
+    assert costs == sorted(costs) and all(a > b for a, b in zip(peaks, peaks[1:]))
+    assert peaks and peaks[0] < front.stock.peak.peak
+    chosen = [front.choose(budget) for budget in range(front.stock.peak.peak + 50, 0, -37)]
+    assert all(a.candidate.peak.peak >= b.candidate.peak.peak for a, b in zip(chosen, chosen[1:]))
+    assert chosen[0].is_stock and chosen[0].feasible
+    assert all(c.feasible == (c.candidate.peak.peak <= c.budget) for c in chosen)
+    assert not chosen[-1].feasible and chosen[-1].candidate is front.lowest
+    with pytest.raises(ReorderError, match="memory budget 0"):
+        front.choose(0)
+
+
+def test_a_frontier_without_points_keeps_stock_for_every_budget():
+    graph = chain()
+    stock = partition_of(graph, graph.ids(["a", "b", "c", "x"]))
+    front = Frontier(Candidate(stock, step_peak(graph, stock), "inductor"), ())
+    assert front.lowest is front.stock and front.choose(1).candidate is front.stock
+    assert not front.choose(1).feasible
