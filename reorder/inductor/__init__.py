@@ -7,6 +7,9 @@
 * :mod:`~reorder.inductor.reorder_pass`: the post-fusion pass (:class:`ReorderPass`).
 * :mod:`~reorder.inductor.fusion_guard`: :class:`FusionGuard`, the ``InductorChoices`` that blocks
   fusions raising the peak (``use(fusion_guard=True)``).
+* :mod:`~reorder.inductor.partitioner`: :class:`BudgetPartitioner`, what the backward recomputes for a
+  budget on a training step's peak (``use(memory_budget=...)``); :mod:`~reorder.inductor.joint_adapter`,
+  AOTAutograd's joint graph -> :class:`~reorder.budget.step_graph.StepGraph`.
 * :mod:`~reorder.inductor.figures`: Inductor's own figures (torch's ``memory.py`` on our graphs or on real nodes).
 * :mod:`~reorder.inductor.capture`: writing compiled graphs and Inductor's figures to files.
 * :mod:`~reorder.inductor.slab`: ``use(slab=True)``, the wrapper's buffers in pools at our offsets;
@@ -23,8 +26,11 @@ Typical use::
 from .adapter import graph_from_scheduler
 from .fusion_guard import FusionGuard
 from .install import install, uninstall, use
+from .partitioner import BudgetPartitioner
 from .reorder_pass import ReorderPass
-from .session import CacheHitRecord, FallbackRecord, GuardRecord, HookOptions, OrderRecord, Session, SlabRecord
+from .session import (CacheHitRecord, FallbackRecord, GuardRecord, HookOptions, OrderRecord, PartitionRecord, Session,
+                      SlabRecord)
 
-__all__ = ["CacheHitRecord", "FallbackRecord", "FusionGuard", "GuardRecord", "HookOptions", "OrderRecord",
-           "ReorderPass", "Session", "SlabRecord", "graph_from_scheduler", "install", "uninstall", "use"]
+__all__ = ["BudgetPartitioner", "CacheHitRecord", "FallbackRecord", "FusionGuard", "GuardRecord", "HookOptions",
+           "OrderRecord", "PartitionRecord", "ReorderPass", "Session", "SlabRecord", "graph_from_scheduler", "install",
+           "uninstall", "use"]

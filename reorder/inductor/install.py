@@ -13,8 +13,10 @@ scheduler pass and would capture nothing. ``slab=True`` also patches the
 wrapper's memory passes (:mod:`~reorder.inductor.slab`), so intermediate
 buffers become views of pools at our offsets. ``fusion_guard=True`` sets
 ``config.inductor_choices_class`` to a factory of
-:class:`~reorder.inductor.fusion_guard.FusionGuard`. :func:`uninstall` puts
-back exactly what the matching :func:`install` found.
+:class:`~reorder.inductor.fusion_guard.FusionGuard`. ``memory_budget`` sets
+``config.custom_partitioner_fn`` to a
+:class:`~reorder.inductor.partitioner.BudgetPartitioner`. :func:`uninstall`
+puts back exactly what the matching :func:`install` found.
 
 Inductor's configuration is per thread (each value is a ``ContextVar``), so
 installations are kept per context too: an :func:`uninstall` undoes the
@@ -32,6 +34,7 @@ from typing import Iterator
 from ..errors import ReorderError
 from .adapter import fx_graph_cache_hits
 from .fusion_guard import choices_factory, forget_cached_choices, users_choices_handler
+from .partitioner import BudgetPartitioner
 from .reorder_pass import ReorderPass
 from .session import HookOptions, Session
 from .slab import install_codegen, uninstall_codegen
@@ -41,7 +44,8 @@ __all__ = ["install", "uninstall", "use"]
 log = logging.getLogger("reorder")
 
 #: The Inductor settings an installation may change.
-_KEYS = ("_post_fusion_custom_pass", "reorder_for_peak_memory", "force_disable_caches", "inductor_choices_class")
+_KEYS = ("_post_fusion_custom_pass", "reorder_for_peak_memory", "force_disable_caches", "inductor_choices_class",
+         "custom_partitioner_fn")
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,8 @@ def install(options: HookOptions | None = None, **fields) -> Session:
     ``fields`` replace its fields by name (``install(slab=True)``); an unknown
     name raises :class:`~reorder.errors.ReorderError` listing the valid ones.
     ``fusion_guard=True`` refuses (:class:`~reorder.errors.ReorderError`) to
-    replace a choices class the user already set.
+    replace a choices class the user already set, and ``memory_budget`` a
+    partitioner (``config.custom_partitioner_fn``) the user already set.
     """
     from torch._inductor import config
 
@@ -74,6 +79,10 @@ def install(options: HookOptions | None = None, **fields) -> Session:
         users = saved["inductor_choices_class"] or users_choices_handler()
         raise ReorderError(f"hook option fusion_guard=True: Inductor's choices are already set ({users!r}); "
                            f"the guard would replace them")
+    if options.memory_budget is not None and saved["custom_partitioner_fn"] is not None:
+        raise ReorderError(f"hook option memory_budget={options.memory_budget!r}: Inductor's partitioner is already "
+                           f"set (config.custom_partitioner_fn={saved['custom_partitioner_fn']!r}); the budget "
+                           f"partitioner would replace it")
     session = Session(options)
     session.note_cache_hits(fx_graph_cache_hits())
     runs_inductors = bool(saved["reorder_for_peak_memory"])
@@ -93,6 +102,8 @@ def install(options: HookOptions | None = None, **fields) -> Session:
         config.inductor_choices_class = choices_factory(session, options.fusion_slack_bytes,
                                                         options.fusion_slack_fraction)
         forget_cached_choices()
+    if options.memory_budget is not None:
+        config.custom_partitioner_fn = BudgetPartitioner(session)
     return session
 
 
@@ -122,7 +133,8 @@ def uninstall() -> Session | None:
 @contextlib.contextmanager
 def use(options: HookOptions | None = None, **fields) -> Iterator[Session]:
     """Within the block, every ``torch.compile`` uses our pass (and our pools with ``slab=True``, our fusion guard
-    with ``fusion_guard=True``; see :func:`install`); yields the session, and restores the configuration on exit."""
+    with ``fusion_guard=True``, our partitioner with ``memory_budget``; see :func:`install`); yields the session,
+    and restores the configuration on exit."""
     session = install(options, **fields)
     try:
         yield session

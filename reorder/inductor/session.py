@@ -9,6 +9,8 @@ record to it, in the order they happened:
   method's peak (``session.graphs``);
 * :class:`SlabRecord`: the pools ``slab=True`` planned for one graph (``session.slabs``);
 * :class:`GuardRecord`: what the fusion guard checked and blocked in one graph (``session.guards``);
+* :class:`PartitionRecord`: what ``memory_budget`` chose for one compiled region's
+  forward and backward (``session.partitions``);
 * :class:`FallbackRecord`: a graph where one of them kept Inductor's own
   behaviour, with the stage and the reason (``session.fallbacks``);
 * :class:`CacheHitRecord`: compiles that Inductor's FX graph cache served, so
@@ -41,8 +43,8 @@ from typing import Iterator, Sequence, Union
 from ..errors import ReorderError
 from ..report import format_bytes, format_table
 
-__all__ = ["CacheHitRecord", "FallbackRecord", "GuardRecord", "HookOptions", "OrderRecord", "Record", "Session",
-           "SlabRecord", "source_hash"]
+__all__ = ["CacheHitRecord", "FallbackRecord", "GuardRecord", "HookOptions", "OrderRecord", "PartitionRecord", "Record",
+           "Session", "SlabRecord", "source_hash"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -75,6 +77,12 @@ class HookOptions:
     fusion_guard: refuse fusions that raise the estimated peak
         (:class:`~reorder.inductor.fusion_guard.FusionGuard`).
     fusion_slack_bytes, fusion_slack_fraction: the rise the guard tolerates.
+    memory_budget: a budget for each training step's peak, for which the
+        partitioner chooses what the backward recomputes
+        (:class:`~reorder.inductor.partitioner.BudgetPartitioner`): an ``int``
+        is bytes above the step's start, a ``float`` in (0, 1] a fraction of
+        the estimated step peak of Inductor's own partition. None leaves the
+        partition to Inductor.
     """
 
     methods: tuple[str, ...] | None = None
@@ -87,6 +95,7 @@ class HookOptions:
     fusion_guard: bool = False
     fusion_slack_bytes: int = 0
     fusion_slack_fraction: float = 0.01
+    memory_budget: int | float | None = None
 
     @classmethod
     def build(cls, options: HookOptions | None = None, **fields) -> HookOptions:
@@ -130,6 +139,12 @@ class HookOptions:
                 or not 0 <= self.fusion_slack_fraction < 1:
             raise ReorderError(f"hook option fusion_slack_fraction={self.fusion_slack_fraction!r}: "
                                f"expected a number in [0, 1)")
+        budget = self.memory_budget
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
+                                   or (isinstance(budget, int) and budget < 1)
+                                   or (isinstance(budget, float) and not 0 < budget <= 1)):
+            raise ReorderError(f"hook option memory_budget={budget!r}: expected bytes (an int >= 1) or a fraction "
+                               f"of stock's estimated step peak (a float in (0, 1])")
         if self.poison:
             object.__setattr__(self, "slab", True)
 
@@ -271,8 +286,62 @@ class GuardRecord(_Record):
 
 
 @dataclass(frozen=True)
+class PartitionRecord(_Record):
+    """What ``memory_budget`` chose for one compiled region: which forward values its forward saves, which its
+    backward recomputes.
+
+    ``graph``: the region's name; ``nodes``: its joint graph's. ``budget`` as
+    given and ``budget_bytes`` as applied (a fraction times ``stock_peak``).
+    ``stock_peak``: the estimated step peak of Inductor's own partition;
+    ``peak``: of ours; ``feasible``: ``peak <= budget_bytes`` (when False, ours
+    is the lowest estimate found). ``source``: ``"inductor"`` (stock's
+    partition was kept) or the price of recomputation whose partition was
+    chosen. ``saved_bytes``, ``recomputed`` (operations the backward runs
+    again) and ``recomputed_flops`` (their cost: floating-point operations of
+    matrix products, convolutions and attention, one per element written for
+    the others), each beside stock's. ``frontier``: ``(recompute cost,
+    estimated peak)`` of every partition below stock's estimate that the
+    choice was made from. ``held_before``: what earlier regions of the same
+    session saved, which this region's estimates include (a step compiled in
+    several regions holds them while this one runs); ``stock_peak`` then
+    counts what the earlier regions' stock partitions saved. ``digest``: the
+    joint graph's (a region compiled again is not an earlier region).
+    ``seconds``: our conversion, candidates and check. ``note``: where the
+    partition Inductor made from our choice differs from the plan.
+
+    Peaks are the estimate of :func:`~reorder.budget.step_peak.step_peak`
+    (the forward with its saved values, the backward freeing them, in the
+    orders our methods find, with Inductor's buffer reuse), not measured
+    memory; docs/inductor.md gives its distance to measured peaks.
+    """
+
+    graph: str
+    nodes: int
+    budget: int | float
+    budget_bytes: int
+    stock_peak: int
+    peak: int
+    feasible: bool
+    source: str
+    saved_bytes: int
+    stock_saved_bytes: int
+    recomputed: int
+    stock_recomputed: int
+    recomputed_flops: int
+    stock_recomputed_flops: int
+    frontier: tuple[tuple[int, int], ...] = ()
+    held_before: int = 0
+    digest: str = ""
+    seconds: float = 0.0
+    note: str = ""
+
+    kind = "partition"
+
+
+@dataclass(frozen=True)
 class FallbackRecord(_Record):
-    """A graph where ``stage`` (``"order"``, ``"slab"`` or ``"guard"``) kept Inductor's own behaviour, and why."""
+    """A graph where ``stage`` (``"order"``, ``"slab"``, ``"guard"`` or ``"partition"``) kept Inductor's own
+    behaviour, and why."""
 
     graph: str
     stage: str
@@ -290,7 +359,7 @@ class CacheHitRecord(_Record):
     kind = "cache_hit"
 
 
-Record = Union[OrderRecord, SlabRecord, GuardRecord, FallbackRecord, CacheHitRecord]
+Record = Union[OrderRecord, SlabRecord, GuardRecord, PartitionRecord, FallbackRecord, CacheHitRecord]
 
 
 #: Sessions that passes and guards can still record into, by token (held weakly: a session nobody holds goes).
@@ -362,6 +431,10 @@ class Session:
         return self._of(GuardRecord)
 
     @property
+    def partitions(self) -> list[PartitionRecord]:
+        return self._of(PartitionRecord)
+
+    @property
     def fallbacks(self) -> list[FallbackRecord]:
         return self._of(FallbackRecord)
 
@@ -424,6 +497,7 @@ class Session:
                          "than the scheduler's estimate in 'ours (est.)' (in-place reuse allocates nothing, "
                          "steps are batches of the wrapper's lines), so the two differ for the same order: compare "
                          "the slab's replay with stock's replay.")
+        lines += [partition_line(r) for r in self.partitions]
         ordered = {r.graph for r in graphs}
         lines += [f"fusion guard in {g.graph}: {len(g.blocked)} of {g.checks} fusions blocked"
                   for g in guards.values() if g.graph not in ordered]
@@ -435,6 +509,17 @@ class Session:
         if not lines:
             lines.append("no graph reached Inductor's scheduler in this session")
         return "\n".join(lines)
+
+
+def partition_line(r: PartitionRecord) -> str:
+    """One summary line for a :class:`PartitionRecord`."""
+    budget = f"{r.budget:g} of stock's {format_bytes(r.stock_peak)}" if isinstance(r.budget, float) else "given"
+    verdict = "within" if r.feasible else "NOT within; the lowest found"
+    return (f"memory budget in {r.graph}: {format_bytes(r.budget_bytes)} ({budget}); estimated step peak "
+            f"{format_bytes(r.stock_peak)} -> {format_bytes(r.peak)} ({verdict}); saved "
+            f"{format_bytes(r.stock_saved_bytes)} -> {format_bytes(r.saved_bytes)}; recomputed ops "
+            f"{r.stock_recomputed} -> {r.recomputed} ({r.stock_recomputed_flops / 1e9:.3g} -> "
+            f"{r.recomputed_flops / 1e9:.3g} GFLOP); {r.source}")
 
 
 def sized(values: Sequence[int]) -> tuple[int, ...]:

@@ -1,0 +1,245 @@
+"""AOTAutograd's joint forward-backward fx graph -> our :class:`~reorder.budget.step_graph.StepGraph`, once, at the edge.
+
+Roles come from Inductor's own ``classify_nodes`` (``torch/_functorch/partitioners.py``):
+nodes the forward's outputs need, nodes in the tangents' closure, and the
+rest, which the backward needs but may run in either graph. What may be
+recomputed follows Inductor's rules for its partitioner: never a random op
+(its numbers must not change), a collective, an effectful or impure op, a
+mutation, a custom (non-aten) operator or a higher-order op, nor a node a
+``torch.utils.checkpoint`` policy marked ``MUST_SAVE`` (Inductor marks
+collectives, effectful outputs and the sources of backward mutations so
+too); a node marked ``MUST_RECOMPUTE``/``PREFER_RECOMPUTE`` may not be saved.
+Fusion follows Inductor's op lists (``get_default_op_list``): pointwise ops
+(those fusible ones whose output is as large as every input) get no buffer
+when every reader is fusible. The cost of recomputing a node is its
+floating-point operations where torch's flop counter knows the op (matrix
+products, convolutions, attention), else one per element it writes.
+Sizes are evaluated at their hints.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+from ..budget.step_graph import StepGraph, StepNodeSpec, build_step_graph
+
+__all__ = ["recompute_policy", "saved_names", "step_graph_from_joint"]
+
+#: Views Inductor lowers as views though their schemas declare no alias.
+_VIEW_TARGETS = ("aten::_unsafe_view",)
+
+
+def _hint(value: Any) -> int:
+    from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+    return int(optimization_hint(value, fallback=4096))
+
+
+def _tensors(value: Any) -> list:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def _nbytes(value: Any) -> int:
+    import torch
+
+    return _hint(value.numel()) * value.dtype.itemsize if isinstance(value, torch.Tensor) else 0
+
+
+def _numel(value: Any) -> int:
+    return sum(_hint(t.numel()) for t in _tensors(value))
+
+
+def recompute_policy(node) -> Any:
+    """The node's ``torch.utils.checkpoint`` policy (``node.meta["recompute"]``), or None."""
+    return node.meta.get("recompute")
+
+
+def _is_view(node) -> bool:
+    import torch
+
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    if target._schema.name in _VIEW_TARGETS:
+        return True
+    returns = target._schema.returns
+    return bool(returns) and returns[0].alias_info is not None and not returns[0].alias_info.is_write
+
+
+def _flops(node) -> int | None:
+    """Floating-point operations of ``node`` by torch's flop formulas (None where torch has none for it)."""
+    import torch
+    from torch.utils import flop_counter
+
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return None
+
+    def shape(x: Any) -> Any:
+        if isinstance(x, torch.fx.Node):
+            x = x.meta.get("val")
+        if isinstance(x, torch.Tensor):
+            return torch.Size(_hint(s) for s in x.shape)
+        if isinstance(x, (list, tuple)):
+            return type(x)(shape(y) for y in x)
+        return x
+
+    args, kwargs = shape(list(node.args)), {k: shape(v) for k, v in node.kwargs.items()}
+    packet = target.overloadpacket
+    if packet in flop_counter.flop_registry:
+        return int(flop_counter.flop_registry[packet](*args, out_val=shape(node.meta.get("val")), **kwargs))
+    aten = torch.ops.aten
+    if packet is aten._scaled_dot_product_flash_attention_for_cpu:
+        return int(flop_counter.sdpa_flop_count(args[0], args[1], args[2]))
+    if packet is aten._scaled_dot_product_flash_attention_for_cpu_backward:
+        return int(flop_counter.sdpa_backward_flop_count(args[0], args[1], args[2], args[3]))
+    return None
+
+
+def _recomputable(node, op_types) -> bool:
+    import torch
+    from torch._functorch._aot_autograd.utils import is_with_effects
+    from torch._functorch.partitioners import _must_be_in_forward, is_non_builtin_to_include
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:
+        return True
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload) or target.namespace not in ("aten", "prims"):
+        return False  # higher-order, custom or Python ops: side effects we cannot see
+    return not (op_types.is_random(node) or torch.Tag.nondeterministic_seeded in target.tags
+                or target.namespace == "_c10d_functional" or is_with_effects(node) or node.is_impure()
+                or target._schema.is_mutable or is_non_builtin_to_include(node) or _must_be_in_forward(node)
+                or recompute_policy(node) == CheckpointPolicy.MUST_SAVE)
+
+
+def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_input_indices=None,
+                          name: str = "step", inputs_are_activations: bool = False) -> StepGraph:
+    """Our :class:`StepGraph` of AOTAutograd's joint graph (as Inductor's partitioner sees it, after its dead code
+    elimination and common subexpressions).
+
+    ``inputs_are_activations``: the graph's inputs that are not parameters or buffers (not in
+    ``static_lifetime_input_indices``) come from an earlier compiled region of the same step, so the step owns
+    them; otherwise they are the caller's batch, live before the step.
+    """
+    import torch
+    from torch._functorch.partitioners import (_extract_fwd_bwd_outputs, _is_bwd_seed_offset, _is_primal,
+                                               _is_tangent, classify_nodes, get_default_op_list)
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    info = classify_nodes(joint_module, list(static_lifetime_input_indices or ()), num_fwd_outputs)
+    forward_outputs, backward_outputs, _, _ = _extract_fwd_bwd_outputs(joint_module, num_fwd_outputs=num_fwd_outputs)
+    op_types = get_default_op_list()
+    addmm = _backward_addmm(joint_module, info)
+    owned = _layout_copies(joint_module)
+    if inputs_are_activations:
+        static = set(static_lifetime_input_indices or ())
+        primals = [n for n in joint_module.graph.nodes if n.op == "placeholder" and _is_primal(n)]
+        owned |= {n for k, n in enumerate(primals) if k not in static}
+    specs = []
+    for node in joint_module.graph.nodes:
+        if node.op == "output" or node in addmm.values():
+            continue
+        val = node.meta.get("val")
+        product = addmm.get(node)
+        args = [a.name for a in ((*product.all_input_nodes, *node.all_input_nodes) if product else node.all_input_nodes)
+                if a is not product]
+        if node.op == "placeholder":
+            tangent = _is_tangent(node) or _is_bwd_seed_offset(node) or not _is_primal(node)
+            specs.append(StepNodeSpec(node.name, "tangent" if tangent else "primal", bytes=_nbytes(val),
+                                      owned=node in owned))
+            continue
+        if node.op != "call_function":  # get_attr: constants the module holds
+            specs.append(StepNodeSpec(node.name, "primal"))
+            continue
+        if node in info.tangents_closure:
+            role = "backward"
+        elif info.is_required_fw(node):
+            role = "forward"
+        else:
+            role = "either"
+        parent = node.args[0] if node.target is operator.getitem else None
+        view = _is_view(node) or (parent is not None and _is_view(parent))
+        tuple_valued = isinstance(val, (tuple, list))
+        pointwise = (op_types.is_fusible(node) and not view and parent is None and isinstance(val, torch.Tensor)
+                     and product is None)
+        flops = _flops(product) + _numel(val) if product is not None else _flops(node)
+        policy = recompute_policy(node)
+        specs.append(StepNodeSpec(
+            node.name, role, args,
+            bytes=0 if view or tuple_valued else _nbytes(val),
+            view_of=(parent.name if parent is not None else node.all_input_nodes[0].name)
+            if view and node.all_input_nodes else None,
+            element_of=parent.name if parent is not None and not view else None,
+            pointwise=pointwise,
+            fusible=(op_types.is_fusible(node) or node.target is operator.getitem) and product is None,
+            recomputable=_recomputable(node, op_types),
+            saveable=not tuple_valued and not isinstance(val, torch.SymFloat)
+            and policy not in (CheckpointPolicy.MUST_RECOMPUTE, CheckpointPolicy.PREFER_RECOMPUTE),
+            cost=0 if view or parent is not None else (flops if flops is not None else _numel(val)),
+            available_to_backward=info.is_required_bw(node) and node not in info.tangents_closure,
+        ))
+    return build_step_graph(specs, [o.name for o in forward_outputs if isinstance(o, torch.fx.Node)],
+                            [o.name for o in backward_outputs if isinstance(o, torch.fx.Node)], name=name)
+
+
+def _layout_copies(joint_module) -> set:
+    """Graph inputs Inductor copies into channels-last before a convolution reads them (as input or weight),
+    when its layout optimisation applies to the graph (``GraphLowering.decide_layout_opt``: always on CPU)."""
+    import torch
+    from torch._inductor.graph import GraphLowering
+
+    convolutions = [n for n in joint_module.graph.nodes if n.target is torch.ops.aten.convolution.default]
+    if not convolutions or not GraphLowering.decide_layout_opt(joint_module, is_inference=False):
+        return set()
+    copied = set()
+    for conv in convolutions:
+        for arg in conv.args[:2]:
+            val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+            if (arg.op == "placeholder" and isinstance(val, torch.Tensor) and val.dim() == 4
+                    and not val.is_contiguous(memory_format=torch.channels_last)):
+                copied.add(arg)
+    return copied
+
+
+def _backward_addmm(joint_module, info) -> dict:
+    """Backward additions Inductor turns into one ``addmm`` with the matrix product they add (its post-grad
+    pattern ``add(mm(a, b), c)``, ``fx_passes/post_grad.py``): addition -> product. The product then runs where
+    the addition runs, so what it reads lives until then (a tied weight's gradient, added to the embedding's at
+    the end of the backward, keeps its whole input alive that long)."""
+    import torch
+    from torch._prims_common import is_expandable_to
+
+    aten = torch.ops.aten
+    pairs = {}
+    for node in joint_module.graph.nodes:
+        if node.target is not aten.add.Tensor or node not in info.tangents_closure or node.kwargs:
+            continue
+        for product, other in ((node.args[0], node.args[1]), (node.args[1], node.args[0])):
+            if (isinstance(product, torch.fx.Node) and product.target is aten.mm.default and len(product.users) == 1
+                    and product in info.tangents_closure and isinstance(other, torch.fx.Node)
+                    and isinstance(other.meta.get("val"), torch.Tensor)
+                    and other.meta["val"].dtype == product.meta["val"].dtype
+                    and is_expandable_to(other.meta["val"].shape, product.meta["val"].shape)):
+                pairs[node] = product
+                break
+    return pairs
+
+
+def saved_names(forward_module, num_fwd_outputs: int) -> list[str]:
+    """The names of the tensors a partitioned forward saves for the backward (its outputs after the first
+    ``num_fwd_outputs``; symbolic sizes and random states left out)."""
+    import torch
+
+    output = next(iter(forward_module.graph.find_nodes(op="output")))
+    values = output.args[0][num_fwd_outputs:]
+    return [v.name for v in values if isinstance(v, torch.fx.Node) and isinstance(v.meta.get("val"), torch.Tensor)]

@@ -1,0 +1,214 @@
+"""``use(memory_budget=...)``: the partitioner that decides what a training step's backward recomputes.
+
+:class:`BudgetPartitioner` is a ``CustomPartitionerFn`` that Inductor calls
+for each compiled region's joint forward-backward graph
+(``torch._inductor.config.custom_partitioner_fn``). It
+
+1. runs Inductor's own min-cut partitioner: *stock*, what the compile would do without us;
+2. converts the joint graph once (:mod:`~reorder.inductor.joint_adapter`)
+   and builds the frontier of partitions (:func:`~reorder.budget.frontier.frontier`):
+   stock, and for each price of recomputation the partition that minimises
+   saved bytes plus priced recomputation, each judged by the step's
+   estimated peak;
+3. picks the cheapest one within the budget (stock itself when stock fits);
+4. hands it to Inductor's min-cut partitioner as ``torch.utils.checkpoint``
+   policies on the joint graph's nodes (``node.meta["recompute"]``:
+   ``MUST_RECOMPUTE`` for what the backward recomputes, ``MUST_SAVE`` for the
+   rest of the forward), so Inductor's own rules and extraction make the two
+   graphs: what may not be recomputed (random ops, collectives, effectful
+   ops, mutations) never is, and nodes the user's checkpoint policies mark
+   keep their policy;
+5. checks the result: the partition Inductor made from the policies is
+   estimated again, and if it came out above stock, stock is kept.
+
+A step compiled in several regions (a graph break) runs their forwards one
+after another and their backwards in reverse, so each region's estimate
+adds what the earlier regions of the same session saved (``held_before``),
+and counts its own inputs that are not parameters as activations the step
+holds. A region compiled again (same joint graph) does not count itself.
+
+Its promises: never fail the compile (any error keeps stock's partition,
+with a WARNING on the ``reorder`` logger and a ``FallbackRecord`` with
+``stage="partition"``); never above stock's estimate; effort is a count (the
+prices and our ordering methods' counts), so a graph gets the same partition
+on any machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+
+from ..budget.frontier import Candidate, frontier
+from ..budget.partition import partition_of
+from ..budget.step_peak import step_peak
+from .adapter import graph_being_compiled
+from .joint_adapter import recompute_policy, saved_names, step_graph_from_joint
+from .session import FallbackRecord, HookOptions, PartitionRecord, Session, source_hash
+
+__all__ = ["BudgetPartitioner"]
+
+log = logging.getLogger("reorder")
+
+
+def _custom_partitioner_base():
+    from torch._inductor.custom_graph_pass import CustomPartitionerFn
+
+    return CustomPartitionerFn
+
+
+class BudgetPartitioner(_custom_partitioner_base()):
+    """Inductor's partitioner hook: the cheapest partition whose estimated step peak fits ``memory_budget``.
+
+    Holds its session's token, not the session (Inductor deep-copies and
+    pickles its configuration): a deep copy records into the same session, a
+    pickle carries only the options (see :class:`~reorder.inductor.reorder_pass.ReorderPass`).
+    """
+
+    def __init__(self, session: Session):
+        self.options = session.options
+        self.session_token = session.token
+
+    @property
+    def session(self) -> Session | None:
+        return Session.find(self.session_token)
+
+    def __deepcopy__(self, memo: dict) -> BudgetPartitioner:
+        return _partitioner(self.options, self.session_token)
+
+    def __reduce__(self):
+        return (_partitioner, (self.options, None))
+
+    def uuid(self) -> str:
+        """Our sources and the options: a different budget is a different partition, so another cache entry."""
+        return f"reorder-budget-{source_hash()[:16]}-{self.options.uuid()}"
+
+    def __call__(self, gm, joint_inputs, **kwargs):
+        from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+        name = graph_being_compiled()
+        stock = min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+        session = self.session
+        try:
+            record, modules = self._partition(gm, joint_inputs, kwargs, stock, name, session)
+        except Exception as exc:  # noqa: BLE001 - the user's compile must go on
+            reason = f"{type(exc).__name__}: {exc}"
+            log.warning("reorder: keeping Inductor's partition for %s: %s", name, reason)
+            if session is not None:
+                session.add(FallbackRecord(name, "partition", reason))
+            return stock
+        if session is not None:
+            session.add(record)
+        if not record.feasible:
+            log.warning("reorder: %s: memory budget %s B cannot be met; the lowest estimated step peak found is "
+                        "%s B (stock's: %s B)", name, f"{record.budget_bytes:,}", f"{record.peak:,}",
+                        f"{record.stock_peak:,}")
+        log.info("reorder: %s: estimated step peak %d -> %d (budget %d, %s)", name, record.stock_peak, record.peak,
+                 record.budget_bytes, record.source)
+        return modules
+
+    def _partition(self, gm, joint_inputs, kwargs: dict, stock: tuple, name: str,
+                   session: Session | None) -> tuple[PartitionRecord, tuple]:
+        t0 = time.perf_counter()
+        num_fwd_outputs = kwargs["num_fwd_outputs"]
+        digest = joint_digest(gm)
+        earlier = {r.digest: r for r in (session.partitions if session is not None else ()) if r.digest != digest}
+        held_before = sum(r.saved_bytes for r in earlier.values())
+        graph = step_graph_from_joint(gm, num_fwd_outputs, kwargs.get("static_lifetime_input_indices"), name,
+                                      inputs_are_activations=bool(earlier))
+        front = frontier(graph, _saved(graph, stock[0], num_fwd_outputs), held_before=held_before)
+        stock_peak = front.stock.peak.peak - held_before + sum(r.stock_saved_bytes for r in earlier.values())
+        budget = self.options.memory_budget
+        budget_bytes = budget if isinstance(budget, int) else max(1, int(budget * stock_peak))
+        choice = front.choose(budget_bytes)
+        chosen, modules, note = choice.candidate, stock, ""
+        if not choice.is_stock:
+            modules = _min_cut_with_policies(gm, joint_inputs, kwargs, graph, chosen.partition)
+            made = partition_of(graph, _saved(graph, modules[0], num_fwd_outputs))
+            if made.saved != chosen.partition.saved:
+                made_candidate = Candidate(made, step_peak(graph, made), chosen.source)
+                note = (f"Inductor's min-cut saved another set than planned (estimated {chosen.peak.peak:,} B "
+                        f"planned, {made_candidate.peak.peak:,} B made)")
+                chosen = made_candidate
+            if chosen.peak.peak > front.stock.peak.peak:  # never above stock
+                note += "; above stock's estimate, so stock's partition is kept"
+                chosen, modules = front.stock, stock
+        stock_partition = front.stock.partition
+        record = PartitionRecord(
+            graph=name,
+            nodes=graph.num_nodes,
+            budget=budget,
+            budget_bytes=budget_bytes,
+            stock_peak=stock_peak,
+            peak=chosen.peak.peak,
+            feasible=chosen.peak.peak <= budget_bytes,
+            source=chosen.source,
+            saved_bytes=chosen.partition.saved_bytes,
+            stock_saved_bytes=stock_partition.saved_bytes,
+            recomputed=_ops(graph, chosen.partition.recomputed),
+            stock_recomputed=_ops(graph, stock_partition.recomputed),
+            recomputed_flops=chosen.cost,
+            stock_recomputed_flops=stock_partition.cost,
+            frontier=tuple((p.cost, p.peak.peak) for p in front.points),
+            held_before=held_before,
+            digest=digest,
+            seconds=time.perf_counter() - t0,
+            note=note.lstrip("; "),
+        )
+        return record, modules
+
+
+def joint_digest(gm) -> str:
+    """A digest of a joint graph's nodes and shapes: the same region compiled again has the same one."""
+    text = "\n".join(f"{n.op} {n.name} {n.target} {getattr(n.meta.get('val'), 'shape', '')}" for n in gm.graph.nodes)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _saved(graph, forward_module, num_fwd_outputs: int) -> list[int]:
+    """Our node ids of the tensors a partitioned forward saves (random states it adds are not joint-graph nodes)."""
+    return [graph.index[n] for n in saved_names(forward_module, num_fwd_outputs) if n in graph.index]
+
+
+def _ops(graph, nodes) -> int:
+    """How many of ``nodes`` do work (views and elements of multi-output nodes cost nothing)."""
+    return sum(1 for v in nodes if graph.cost[v])
+
+
+def _min_cut_with_policies(gm, joint_inputs, kwargs: dict, graph, partition) -> tuple:
+    """Inductor's min-cut partition of ``gm`` with our choice as checkpoint policies; the policies are taken off
+    again afterwards (nodes with a policy of their own keep it)."""
+    from torch._functorch import config as functorch_config
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    recomputed = {graph.node_names[v] for v in partition.recomputed}
+    recomputed |= {graph.node_names[v] for v in partition.backward if graph.role[v] == "either"}
+    forward = {graph.node_names[v] for v in partition.forward}
+    marked = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or recompute_policy(node) is not None:
+            continue
+        if node.name in recomputed:
+            node.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+        elif node.name in forward:
+            node.meta["recompute"] = CheckpointPolicy.MUST_SAVE
+        else:
+            continue
+        marked.append(node.name)
+    try:
+        with functorch_config.patch(activation_memory_budget=1.0):
+            return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+    finally:
+        names = set(marked)
+        for node in gm.graph.nodes:
+            if node.name in names:
+                node.meta.pop("recompute", None)
+
+
+def _partitioner(options: HookOptions, token: int | None) -> BudgetPartitioner:
+    """A partitioner with these options recording into the session with ``token`` (None: nowhere)."""
+    made = BudgetPartitioner.__new__(BudgetPartitioner)
+    made.options, made.session_token = options, token
+    return made
+

@@ -1,0 +1,174 @@
+"""``use(memory_budget=...)``: the option, the partitioner on AOTAutograd's joint graphs, its records, its fallback,
+and real compiles at three budgets (slow)."""
+
+import copy
+import logging
+import pickle
+
+import pytest
+import torch
+from functorch.compile import aot_function, make_boxed_func
+from torch import nn
+from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+from benchmarks.variants import record_from_dict
+from reorder import inductor as hook
+from reorder.errors import ReorderError
+from reorder.inductor import BudgetPartitioner, HookOptions, PartitionRecord
+from reorder.inductor.joint_adapter import step_graph_from_joint
+
+pytestmark = pytest.mark.usefixtures("fresh_compiles")
+
+
+# --- the option ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("budget", [True, 0, -5, 0.0, 1.5, "1GB", float("nan")])
+def test_a_budget_is_bytes_or_a_fraction_and_nothing_else(budget):
+    with pytest.raises(ReorderError, match=r"hook option memory_budget=.*: expected bytes \(an int >= 1\) or a "
+                                           r"fraction of stock's estimated step peak \(a float in \(0, 1\]\)"):
+        HookOptions(memory_budget=budget)
+
+
+def test_the_budget_is_part_of_the_partitioners_identity():
+    assert HookOptions(memory_budget=0.5).uuid() != HookOptions(memory_budget=0.6).uuid() != HookOptions().uuid()
+    with hook.use(memory_budget=0.5) as first:
+        one = torch._inductor.config.custom_partitioner_fn
+    with hook.use(memory_budget=1 << 20):
+        other = torch._inductor.config.custom_partitioner_fn
+    assert isinstance(one, BudgetPartitioner) and one.uuid() != other.uuid()
+    assert copy.deepcopy(one).session_token == first.token  # a deep copy records into the same session
+    unpickled = pickle.loads(pickle.dumps(one))
+    assert unpickled.session_token is None and unpickled.uuid() == one.uuid()  # the cache key holds no session
+
+
+def test_install_sets_the_partitioner_and_uninstall_restores_it():
+    import torch._inductor.config as config
+
+    assert config.custom_partitioner_fn is None
+    with hook.use(memory_budget=0.5):
+        assert isinstance(config.custom_partitioner_fn, BudgetPartitioner)
+    assert config.custom_partitioner_fn is None
+    with hook.use():  # no budget: Inductor partitions
+        assert config.custom_partitioner_fn is None
+
+
+def test_a_partitioner_the_user_set_is_not_replaced(monkeypatch):
+    import torch._inductor.config as config
+
+    users = BudgetPartitioner.__new__(BudgetPartitioner)
+    monkeypatch.setattr(config, "custom_partitioner_fn", users)
+    with pytest.raises(ReorderError, match="memory_budget=0.5: Inductor's partitioner is already set"):
+        hook.install(memory_budget=0.5)
+    assert config.custom_partitioner_fn is users and config._post_fusion_custom_pass is None  # nothing installed
+
+
+# --- the partitioner on joint graphs (AOTAutograd without Inductor: fast, numbers computed as traced) -----------------
+
+
+def mlp(dropout: float = 0.0):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Dropout(dropout), nn.Linear(256, 64), nn.LayerNorm(64),
+                         nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64))
+
+
+def step_of(model, partition_fn):
+    """The loss of ``model`` on its parameters as one AOTAutograd function partitioned by ``partition_fn``."""
+    names = [n for n, _ in model.named_parameters()]
+
+    def loss(x, *params):
+        return torch.func.functional_call(model, dict(zip(names, params)), (x,)).sum()
+
+    return aot_function(loss, lambda gm, _: make_boxed_func(gm), lambda gm, _: make_boxed_func(gm),
+                        partition_fn=partition_fn)
+
+
+def run(step, model, x):
+    """Loss and gradients of one call, with the same random numbers every time."""
+    params = [p.detach().clone().requires_grad_() for p in model.parameters()]
+    torch.manual_seed(1)
+    loss = step(x, *params)
+    loss.backward()
+    return [loss.detach(), *(p.grad for p in params)]
+
+
+def test_budgets_lower_the_estimate_monotonically_with_the_same_numbers_as_stock():
+    model, x = mlp(dropout=0.1), torch.randn(512, 64)
+    stock = run(step_of(model, min_cut_rematerialization_partition), model, x)
+    records = []
+    for budget in (1.0, 0.8, 0.7, 0.05):
+        with hook.use(memory_budget=budget) as session:
+            ours = run(step_of(model, BudgetPartitioner(session)), model, x)
+        for a, b in zip(ours, stock, strict=True):
+            assert torch.equal(a, b)  # recomputation replays the same operations; dropout is saved, never redrawn
+        (record,) = session.partitions
+        records.append(record)
+    full, *lower = records
+    assert full.source == "inductor" and full.peak == full.stock_peak and full.feasible
+    assert full.saved_bytes == full.stock_saved_bytes and full.recomputed_flops == full.stock_recomputed_flops
+    peaks = [r.peak for r in records]
+    assert peaks == sorted(peaks, reverse=True) and peaks[-1] < peaks[0]
+    for r in lower:
+        assert r.budget_bytes == int(r.budget * r.stock_peak) and r.feasible == (r.peak <= r.budget_bytes)
+        assert r.saved_bytes < r.stock_saved_bytes and r.recomputed_flops > r.stock_recomputed_flops
+        assert r.note == ""  # Inductor's min-cut made the partition we planned
+    assert not records[-1].feasible and records[-1].peak == min(p for _, p in records[-1].frontier)
+
+
+def test_the_fallback_keeps_inductors_partition_and_warns(monkeypatch, caplog):
+    import reorder.inductor.partitioner as partitioner
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no frontier today")
+
+    monkeypatch.setattr(partitioner, "frontier", broken)
+    model, x = mlp(), torch.randn(64, 64)
+    stock = run(step_of(model, min_cut_rematerialization_partition), model, x)
+    with caplog.at_level(logging.WARNING, logger="reorder"), hook.use(memory_budget=0.5) as session:
+        ours = run(step_of(model, BudgetPartitioner(session)), model, x)
+    assert all(torch.equal(a, b) for a, b in zip(ours, stock, strict=True))
+    (fallback,) = session.fallbacks
+    assert fallback.stage == "partition" and fallback.reason == "RuntimeError: no frontier today"
+    assert session.partitions == []
+    assert "keeping Inductor's partition" in caplog.text and "no frontier today" in caplog.text
+    assert "fallback (partition)" in session.summary()
+
+
+def test_the_joint_graph_as_plain_data():
+    graphs = []
+
+    def capture(gm, joint_inputs, **kwargs):
+        fw, bw = min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+        graphs.append(step_graph_from_joint(gm, kwargs["num_fwd_outputs"], kwargs["static_lifetime_input_indices"]))
+        return fw, bw
+
+    model, x = mlp(dropout=0.1), torch.randn(32, 64)
+    run(step_of(model, capture), model, x)
+    (graph,) = graphs
+    role = dict(zip(graph.node_names, graph.role))
+    assert role["primals_1"] == "primal" and role["tangents_1"] == "tangent"
+    first = graph.index["addmm"]  # x @ W1.T + b1: 2 * 32 * 64 * 256 operations, a 32 x 256 float output
+    assert role["addmm"] == "forward" and graph.cost[first] == 2 * 32 * 64 * 256 and graph.bytes[first] == 32 * 256 * 4
+    assert graph.recomputable[first] and not graph.pointwise[first] and not graph.fusible[first]
+    dropout = graph.index["native_dropout"]
+    assert not graph.recomputable[dropout] and not graph.saveable[dropout]  # random: never drawn again; a tuple
+    mask = graph.index[next(n for n in graph.node_names if graph.element_of[graph.index[n]] == dropout)]
+    assert graph.saveable[mask] and graph.bytes[mask] > 0
+    transposes = [v for v in range(graph.num_nodes) if graph.view_of[v] is not None]
+    assert transposes and all(graph.bytes[v] == 0 and graph.saved_bytes[v] == 0 for v in transposes
+                              if graph.role[graph.storage[v]] == "primal")  # views of parameters hold nothing new
+
+
+def test_partition_records_read_back_from_json():
+    record = PartitionRecord(graph="g", nodes=10, budget=0.5, budget_bytes=100, stock_peak=200, peak=90,
+                             feasible=True, source="price 1/64", saved_bytes=40, stock_saved_bytes=120, recomputed=3,
+                             stock_recomputed=1, recomputed_flops=5000, stock_recomputed_flops=10,
+                             frontier=((5000, 90), (9000, 80)), held_before=0, digest="abc", seconds=0.5)
+    import json
+
+    assert record_from_dict(json.loads(json.dumps(record.to_dict()))) == record
+    session = hook.Session()
+    session.add(record)
+    assert session.partitions == [record]
+    assert session.summary().startswith("memory budget in g: 100 B (0.5 of stock's 200 B); estimated step peak "
+                                        "200 B -> 90 B (within)")
