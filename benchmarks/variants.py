@@ -24,11 +24,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager
 
-from reorder.inductor.session import (CacheHitRecord, FallbackRecord, GuardRecord, HookOptions, OrderRecord, Record,
-                                      Session, SlabRecord)
+from reorder.inductor.session import (CacheHitRecord, FallbackRecord, GuardRecord, HookOptions, OrderRecord,
+                                      PartitionRecord, Record, Session, SlabRecord)
 
-__all__ = ["ContextFactory", "Variant", "eager", "hooked", "load_records", "record_from_dict", "records_json",
-           "stock"]
+__all__ = ["ContextFactory", "Variant", "eager", "functorch", "hooked", "load_records", "record_from_dict",
+           "records_json", "stock"]
 
 #: ``factory(config, training)`` -> the context a variant's compile (its first call) runs in. What the context
 #: yields is what the compile recorded: the hook's :class:`Session`, or None where nothing records.
@@ -44,7 +44,8 @@ class Variant:
     context: the :data:`ContextFactory` its compile runs in; None: eager (no ``torch.compile``).
     config: what ``context`` is given: :class:`HookOptions` for the hook
         (:func:`hooked`), a tuple of ``(name, value)`` Inductor config changes
-        for stock (:func:`stock`); each benchmark's own factories document theirs.
+        for stock (:func:`stock`) or AOTAutograd config changes
+        (:func:`functorch`); each benchmark's own factories document theirs.
     training: whether the variant applies to a training step.
     """
 
@@ -58,13 +59,19 @@ class Variant:
     def compiled(self) -> bool:
         return self.context is not None
 
-    def compile(self, fn: Callable) -> Callable:
-        """``torch.compile(fn)``, or ``fn`` itself for eager (compiling is lazy: the first call compiles)."""
+    def compile(self, fn: Callable, own_cache: bool = False) -> Callable:
+        """``torch.compile(fn)``, or ``fn`` itself for eager (compiling is lazy: the first call compiles).
+
+        ``own_cache``: compile with an Inductor backend of this call's own identity. Dynamo keeps compiled code
+        per function and backend, and two ``torch.compile`` calls with the default backend count as one: a
+        variant compiled after another, in the same process and without ``torch._dynamo.reset()``, would run
+        the first one's code. Variants kept side by side (timed in alternation) need their own.
+        """
         if not self.compiled:
             return fn
         import torch
 
-        return torch.compile(fn)
+        return torch.compile(fn, backend=_OwnInductor()) if own_cache else torch.compile(fn)
 
     def enter(self, training: bool) -> ContextManager:
         """The context the first call (the compile) runs in; it yields what the compile recorded (None for eager)."""
@@ -77,6 +84,15 @@ class Variant:
         if not isinstance(self.config, HookOptions):
             raise ValueError(f"variant {self.name!r}: with_hook needs a hook variant, its config is {self.config!r}")
         return dataclasses.replace(self, config=dataclasses.replace(self.config, **fields))
+
+
+class _OwnInductor:
+    """Inductor as a ``torch.compile`` backend that equals no other (see :meth:`Variant.compile`)."""
+
+    def __call__(self, gm, example_inputs):
+        from torch._inductor.compile_fx import compile_fx
+
+        return compile_fx(gm, example_inputs)
 
 
 def hook_session(options: HookOptions, training: bool = False) -> ContextManager[Session]:
@@ -95,6 +111,13 @@ def _inductor_config(changes: tuple[tuple[str, Any], ...], training: bool = Fals
     return config.patch(dict(changes))
 
 
+def _functorch_config(changes: tuple[tuple[str, Any], ...], training: bool = False) -> ContextManager[None]:
+    """Stock Inductor with ``changes`` to ``torch._functorch.config`` (AOTAutograd's partitioner) for the block."""
+    from torch._functorch import config
+
+    return config.patch(dict(changes))
+
+
 def eager(description: str = "no compile") -> Variant:
     return Variant("eager", description, None)
 
@@ -103,6 +126,12 @@ def stock(name: str = "stock", description: str = "torch.compile, Inductor as co
           training: bool = True, **changes) -> Variant:
     """Stock ``torch.compile``; ``changes`` to Inductor's config (say ``memory_planning=True``) for its compile."""
     return Variant(name, description, _inductor_config, tuple(sorted(changes.items())), training)
+
+
+def functorch(name: str, description: str, **changes) -> Variant:
+    """Stock ``torch.compile`` with ``changes`` to ``torch._functorch.config`` (say
+    ``activation_memory_budget=0.5``) for its compile."""
+    return Variant(name, description, _functorch_config, tuple(sorted(changes.items())))
 
 
 def hooked(name: str, description: str, training: bool = True, **fields) -> Variant:
@@ -115,8 +144,8 @@ def records_json(session: Session | None) -> list[dict]:
     return session.to_json() if session is not None else []
 
 
-_KINDS: dict[str, type] = {cls.kind: cls for cls in (OrderRecord, SlabRecord, GuardRecord, FallbackRecord,
-                                                    CacheHitRecord)}
+_KINDS: dict[str, type] = {cls.kind: cls for cls in (OrderRecord, SlabRecord, GuardRecord, PartitionRecord,
+                                                    FallbackRecord, CacheHitRecord)}
 
 
 def record_from_dict(data: dict) -> Record:
@@ -127,7 +156,7 @@ def record_from_dict(data: dict) -> Record:
     fields = {k: v for k, v in data.items() if k != "kind"}
     for f in dataclasses.fields(cls):
         if str(f.type).startswith("tuple") and f.name in fields:
-            fields[f.name] = tuple(fields[f.name])  # JSON gave a list
+            fields[f.name] = tuple(tuple(x) if isinstance(x, list) else x for x in fields[f.name])  # JSON gave lists
     return cls(**fields)
 
 

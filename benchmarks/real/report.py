@@ -2,7 +2,8 @@
 
 Writes docs/real-models.md, ``summary.csv`` and ``summary.json`` next to the
 rows, and one plot per model (docs/img/real/<model>.png: real allocated bytes
-over one training step, stock against our hook, forward and backward marked).
+over one training step, stock against our hook, forward and backward marked);
+the memory-budget section comes from :mod:`benchmarks.real.budget_report`.
 Every memory figure in it was measured by :func:`reorder.measure.measure`
 in the run that produced the row, all variants of a row in one process.
 
@@ -510,7 +511,10 @@ def write_report(folder: Path) -> None:
         "The PR's table form (model, batch, peak baseline, peak new, ratio), training step, here with stock "
         "Inductor as the baseline and our hook as new, both measured.",
         PR_TABLE, [r for r in records if r.model in PR_134874 and r.mode == "train"])
-    lines += ["", "## Where real memory and the estimate differ by more than 5%", ""]
+    from .budget_report import budget_section
+
+    lines += ["", *budget_section()]
+    lines += ["## Where real memory and the estimate differ by more than 5%", ""]
     for row, s in zip(rows, records, strict=True):
         parts = composition(row)
         if parts:

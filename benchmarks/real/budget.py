@@ -1,0 +1,217 @@
+"""``python -m benchmarks.real.budget``: a memory budget on every training row, ours against Inductor's, measured.
+
+    python -m benchmarks.real.budget [--models A,B] [--points 5] [--rounds 21] [--again] [--report-only]
+
+For each training row of the real-model benchmark (bench size), in one process:
+
+* **stock**: ``torch.compile``;
+* **ours**: ``reorder.inductor.use(memory_budget=f)`` at ``--points`` fractions ``f`` of stock's estimated step
+  peak, evenly spaced from 1.0 down to the smallest one our frontier reaches (read from the records of the
+  compile at 1.0);
+* **Inductor's** ``torch._functorch.config.activation_memory_budget`` at the same fractions (its 1.0 is stock).
+
+Every variant compiles a fresh copy of the same seeded model, with an Inductor backend of its own (so that
+dynamo never runs one variant's code for another, :meth:`benchmarks.variants.Variant.compile`), and runs its
+first two steps in its own context (a second step may still compile). The first step's loss and gradients
+are compared with stock's (largest difference relative to each tensor's magnitude). Each variant's real
+peak is one step measured by :func:`reorder.measure.measure`; step times are medians over ``--rounds``
+rounds that call every variant once, in alternation, in this process. A compile after the first two steps
+would run outside its variant's context: the row counts such compiles and the report says so.
+
+Rows are cached in ``benchmarks/real/results/budget/<model>.json`` (rerun with ``--again``); the report's
+section of docs/real-models.md and one plot per model come from the cache
+(:mod:`benchmarks.real.budget_report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import math
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from reorder.inductor.session import PartitionRecord
+from reorder.measure import measure
+
+from ..variants import Variant, functorch, hooked, load_records, records_json
+from .budget_report import BUDGETS
+from .models import BATCH, MODELS, build, parameter_bytes
+from .report import RESULTS
+from .run import _difference, _step_function, _tensors
+
+__all__ = ["fractions_for", "main", "run_row", "variants_for"]
+
+#: Fractions tried per row, rounds of alternating steps for the medians.
+POINTS = 5
+ROUNDS = 21
+
+
+def ours(fraction: float) -> Variant:
+    return hooked(f"ours {fraction:g}", f"torch.compile with reorder.inductor.use(memory_budget={fraction:g})",
+                  memory_budget=float(fraction))
+
+
+def inductors(fraction: float) -> Variant:
+    return functorch(f"inductor {fraction:g}",
+                     f"torch.compile with torch._functorch.config.activation_memory_budget={fraction:g}",
+                     activation_memory_budget=float(fraction))
+
+
+STOCK = functorch("stock", "torch.compile, Inductor as configured by default")
+
+
+def fractions_for(records, points: int = POINTS) -> list[float]:
+    """``points`` fractions from 1.0 down to the smallest our frontier reaches in every region (records of the
+    compile at 1.0), rounded up to 0.001; only 1.0 when no region has a point below stock."""
+    partitions = [r for r in records if isinstance(r, PartitionRecord)]
+    lowest = max((min(p for _, p in r.frontier) / r.stock_peak if r.frontier else 1.0 for r in partitions),
+                 default=1.0)
+    lowest = math.ceil(lowest * 1000) / 1000
+    if lowest >= 1.0 or points < 2:
+        return [1.0]
+    return sorted({round(1.0 - k * (1.0 - lowest) / (points - 1), 3) for k in range(points)}, reverse=True)
+
+
+def variants_for(fractions: list[float]) -> list[tuple[str, float | None, Variant]]:
+    """``(kind, fraction, variant)`` of a row: stock, ours at each fraction, Inductor's below 1.0."""
+    made = [("stock", None, STOCK)]
+    made += [("ours", f, ours(f)) for f in fractions]
+    made += [("inductor", f, inductors(f)) for f in fractions if f < 1.0]
+    return made
+
+
+@dataclass
+class _Prepared:
+    """One compiled variant kept alive for alternation: its step, its first step's tensors and figures."""
+
+    kind: str
+    fraction: float | None
+    variant: Variant
+    step: Callable
+    reset: Callable
+    checked: list
+    first_two_seconds: float
+    records: list
+
+
+def _prepare(base, inputs: dict, kind: str, fraction: float | None, variant: Variant) -> _Prepared:
+    model = copy.deepcopy(base)
+    fn = variant.compile(_step_function(model, "train"), own_cache=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def step():
+        loss = fn(inputs)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    def reset():
+        optimizer.zero_grad(set_to_none=True)
+
+    torch.manual_seed(0)
+    t0 = time.perf_counter()
+    with variant.enter(True) as session:
+        loss = step()
+        checked = [t.detach().clone() for t in _tensors(loss)] + [p.grad.clone() for p in model.parameters()
+                                                                  if p.grad is not None]
+        reset()
+        step()  # a second step may still compile: inside the context too
+    seconds = time.perf_counter() - t0
+    reset()
+    return _Prepared(kind, fraction, variant, step, reset, checked, seconds, records_json(session))
+
+
+def _compiles() -> int:
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
+def run_row(name: str, size: str = "bench", points: int = POINTS, rounds: int = ROUNDS) -> dict:
+    """Every budget variant of ``name``'s training step side by side (see the module docstring)."""
+    from torch._dynamo import config as dynamo_config
+    from torch._inductor import config
+
+    config.force_disable_caches = True
+    dynamo_config.recompile_limit = dynamo_config.accumulated_recompile_limit = 1024  # every variant compiles anew
+    base, inputs = build(name, size, "train")
+    torch._dynamo.reset()
+    first = _prepare(base, inputs, "ours", 1.0, ours(1.0))
+    fractions = fractions_for(load_records({"records": first.records}), points)
+    prepared = [_prepare(base, inputs, kind, f, v) if v.name != first.variant.name else first
+                for kind, f, v in variants_for(fractions)]
+    compiled = _compiles()
+    peaks = {}
+    for p in prepared:
+        gc.collect()
+        m = measure(p.step, "cpu")
+        p.reset()
+        peaks[p.variant.name] = m
+    times: dict[str, list[float]] = {p.variant.name: [] for p in prepared}
+    for k in range(rounds):
+        for p in prepared[k % len(prepared):] + prepared[:k % len(prepared)]:
+            p.reset()
+            t0 = time.perf_counter()
+            p.step()
+            times[p.variant.name].append(time.perf_counter() - t0)
+    stock = prepared[0]
+    row = {"model": name, "size": size, "mode": "train", "batch": BATCH, "parameter_bytes": parameter_bytes(base),
+           "fractions": fractions, "rounds": rounds, "compiles_after_context": _compiles() - compiled,
+           "variants": {}}
+    for p in prepared:
+        m = peaks[p.variant.name]
+        step_seconds = statistics.median(times[p.variant.name])
+        row["variants"][p.variant.name] = {
+            "kind": p.kind, "fraction": p.fraction, "description": p.variant.description,
+            "real_peak": m.peak, "held_at_backward": m.held_at_backward, "peak_composition": m.peak_composition,
+            "step_seconds": step_seconds, "step_times": times[p.variant.name],
+            "compile_seconds": max(0.0, p.first_two_seconds - 2 * step_seconds),
+            "difference_to_stock": _difference(p.checked, stock.checked),
+            "records": p.records,
+        }
+    torch._dynamo.reset()
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.real.budget", description=__doc__.splitlines()[0])
+    parser.add_argument("--models", help=f"comma-separated (default: all {len(MODELS)})")
+    parser.add_argument("--points", type=int, default=POINTS, help="fractions per row, 1.0 included")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds of alternating steps per row")
+    parser.add_argument("--again", action="store_true", help="rerun rows that are cached")
+    parser.add_argument("--report-only", action="store_true", help="only rebuild the report from the cache")
+    args = parser.parse_args(argv)
+    models = args.models.split(",") if args.models else list(MODELS)
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        parser.error(f"unknown models {unknown}; known: {', '.join(MODELS)}")
+    BUDGETS.mkdir(parents=True, exist_ok=True)
+    if not args.report_only:
+        for k, model in enumerate(models, 1):
+            path = BUDGETS / f"{model}.json"
+            if path.exists() and not args.again:
+                continue
+            print(f"[{k}/{len(models)}] {model} ...", file=sys.stderr, flush=True)
+            t0 = time.perf_counter()
+            row = run_row(model, points=args.points, rounds=args.rounds)
+            row["seconds"] = time.perf_counter() - t0
+            path.write_text(json.dumps(row) + "\n")
+            peaks = {name: v["real_peak"] for name, v in row["variants"].items()}
+            print(f"    {row['seconds']:.0f}s  real peaks {peaks}", file=sys.stderr, flush=True)
+    from .report import write_report
+
+    write_report(RESULTS / "bench")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""The memory-budget section of docs/real-models.md and its plots, from the rows of :mod:`benchmarks.real.budget`.
+
+Each cached row becomes one :class:`BudgetRow`: per variant (stock, ours at each fraction, Inductor's
+``activation_memory_budget`` at each fraction) the measured real peak and median step time, and for ours the
+partition records. The section states, per row, the checks the feature promises (each computed here from the
+measurements, none assumed):
+
+* **monotone**: our real peak does not rise as the budget falls (beyond 0.5%, the run-to-run noise allowed);
+* **within budget**: where our records say a budget is met, the real peak is at most 2% above the budget's bytes;
+* **at 1.0**: our real peak is at most stock's;
+* **dominates**: for every fraction Inductor's budget ran at, one of our points has a real peak at or below
+  Inductor's and a step time at most 5% above it.
+
+Plots (``docs/img/real/budget-<model>.png``): real peak against median step time, our points and Inductor's,
+each labelled with its fraction, stock marked.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from reorder.inductor.session import PartitionRecord
+
+from ..variants import load_records
+from .report import IMAGES, RESULTS, Column, _left, markdown
+
+__all__ = ["BudgetRow", "budget_row", "budget_section", "plot_budget"]
+
+BUDGETS = RESULTS / "budget"
+
+#: Real-peak noise allowed by the monotone check; slack of a feasible budget; step-time slack of dominance.
+NOISE, OVER_BUDGET, SLOWER = 0.005, 0.02, 0.05
+
+
+@dataclass(frozen=True)
+class Point:
+    """One variant of a row: its kind, fraction, real peak, median step seconds, and (ours) what its records say."""
+
+    name: str
+    kind: str
+    fraction: float | None
+    real_peak: int
+    step_seconds: float
+    difference_to_stock: float | None
+    budget_bytes: int | None = None
+    estimate: int | None = None
+    feasible: bool | None = None
+
+
+@dataclass(frozen=True)
+class BudgetRow:
+    """One model's budget run: stock, our points and Inductor's, and the checks of the module docstring."""
+
+    model: str
+    stock: Point
+    ours: tuple[Point, ...]
+    inductor: tuple[Point, ...]
+    compiles_after_context: int
+
+    def _above(self, a: int, b: int, slack: float) -> bool:
+        return a > b * (1 + slack)
+
+    @property
+    def monotone(self) -> bool:
+        peaks = [p.real_peak for p in self.ours]  # fractions falling
+        return all(not self._above(b, a, NOISE) for a, b in zip(peaks, peaks[1:]))
+
+    @property
+    def within_budget(self) -> bool:
+        return all(not self._above(p.real_peak, p.budget_bytes, OVER_BUDGET) for p in self.ours if p.feasible)
+
+    @property
+    def full_not_above_stock(self) -> bool:
+        full = next((p for p in self.ours if p.fraction == 1.0), None)
+        return full is not None and full.real_peak <= self.stock.real_peak
+
+    def dominating(self, theirs: Point) -> Point | None:
+        """Our cheapest point (in step time) with a real peak at or below ``theirs`` and at most 5% slower."""
+        fits = [p for p in self.ours if p.real_peak <= theirs.real_peak
+                and p.step_seconds <= theirs.step_seconds * (1 + SLOWER)]
+        return min(fits, key=lambda p: p.step_seconds, default=None)
+
+    @property
+    def dominates(self) -> bool:
+        return all(self.dominating(p) is not None for p in self.inductor)
+
+    @property
+    def lowest(self) -> Point:
+        return min(self.ours, key=lambda p: p.real_peak)
+
+    @property
+    def saving(self) -> float:
+        """Our lowest real peak below stock's, as a fraction of stock's."""
+        return 1 - self.lowest.real_peak / self.stock.real_peak
+
+    @property
+    def largest_difference(self) -> float:
+        return max((p.difference_to_stock or 0.0 for p in (*self.ours, *self.inductor)), default=0.0)
+
+
+def budget_row(row: dict) -> BudgetRow:
+    """A cached row (``benchmarks/real/results/budget/<model>.json``) as a :class:`BudgetRow`."""
+    points = []
+    for name, v in row["variants"].items():
+        partitions = [r for r in load_records(v) if isinstance(r, PartitionRecord)]
+        extra = {}
+        if partitions:  # a step of several regions: its tightest region speaks for it
+            tight = max(partitions, key=lambda r: r.peak / r.budget_bytes)
+            extra = {"budget_bytes": tight.budget_bytes, "estimate": tight.peak,
+                     "feasible": all(r.feasible for r in partitions)}
+        points.append(Point(name, v["kind"], v["fraction"], v["real_peak"], v["step_seconds"],
+                            v["difference_to_stock"], **extra))
+    by_fraction = lambda p: -(p.fraction or 0.0)  # noqa: E731
+    return BudgetRow(row["model"], next(p for p in points if p.kind == "stock"),
+                     tuple(sorted((p for p in points if p.kind == "ours"), key=by_fraction)),
+                     tuple(sorted((p for p in points if p.kind == "inductor"), key=by_fraction)),
+                     row.get("compiles_after_context", 0))
+
+
+def _mb(n: int | None) -> str:
+    return "" if n is None else f"{n / 1e6:.2f}"
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.1f}"
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "**no**"
+
+
+SUMMARY = (_left("model", lambda r: r.model), Column("stock MB", lambda r: r.stock.real_peak, _mb),
+           Column("ours lowest MB", lambda r: r.lowest.real_peak, _mb),
+           Column("below stock", lambda r: r.saving, lambda x: f"{x:.1%}"),
+           Column("at fraction", lambda r: r.lowest.fraction, lambda f: f"{f:g}"),
+           Column("Inductor's lowest MB", lambda r: min((p.real_peak for p in r.inductor), default=None), _mb),
+           Column("monotone", lambda r: r.monotone, _yes), Column("within budget", lambda r: r.within_budget, _yes),
+           Column("1.0 <= stock", lambda r: r.full_not_above_stock, _yes),
+           Column("dominates Inductor's", lambda r: r.dominates, _yes),
+           Column("largest difference to stock", lambda r: r.largest_difference, lambda x: f"{x:.1e}"))
+
+
+def _detail(row: BudgetRow) -> list[str]:
+    """One model's table: per fraction, ours (budget, estimate, feasible, real peak, step) beside Inductor's."""
+    theirs = {p.fraction: p for p in row.inductor}
+    lines = [f"**{row.model}**: stock {_mb(row.stock.real_peak)} MB, {_ms(row.stock.step_seconds)} ms per step"
+             + (f" ({row.compiles_after_context} compiles after the variants' first two steps: their timings "
+                f"may include them)" if row.compiles_after_context else ""), "",
+             "| fraction | budget MB | ours est. MB | met | ours real MB | ours ms | Inductor real MB | Inductor ms "
+             "| our point at or below it |", "|---:|---:|---:|---|---:|---:|---:|---:|---|"]
+    for p in row.ours:
+        other = theirs.get(p.fraction)
+        winner = row.dominating(other) if other else None
+        lines.append(f"| {p.fraction:g} | {_mb(p.budget_bytes)} | {_mb(p.estimate)} | "
+                     f"{'' if p.feasible is None else ('yes' if p.feasible else 'no')} | {_mb(p.real_peak)} | "
+                     f"{_ms(p.step_seconds)} | {_mb(other.real_peak) if other else ''} | "
+                     f"{_ms(other.step_seconds) if other else ''} | "
+                     f"{'' if other is None else (f'{winner.fraction:g}' if winner else '**none**')} |")
+    return lines + [""]
+
+
+def plot_budget(row: BudgetRow, path: Path) -> bool:
+    """Real peak against step time, ours and Inductor's, each point labelled with its fraction; False without
+    matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for points, style, label in ((row.ours, "o-", "ours: use(memory_budget=f)"),
+                                 (row.inductor, "s--", "Inductor: activation_memory_budget=f")):
+        if not points:
+            continue
+        ax.plot([p.step_seconds * 1e3 for p in points], [p.real_peak / 1e6 for p in points], style, label=label)
+        for p in points:
+            ax.annotate(f"{p.fraction:g}", (p.step_seconds * 1e3, p.real_peak / 1e6), textcoords="offset points",
+                        xytext=(4, 3), fontsize=7)
+    ax.plot([row.stock.step_seconds * 1e3], [row.stock.real_peak / 1e6], "k*", markersize=10, label="stock")
+    ax.set_xlabel("median step time (ms), alternating in one process")
+    ax.set_ylabel("real peak (MB above the step's start)")
+    ax.set_title(f"{row.model}: training step under a memory budget", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
+def budget_section(folder: Path = BUDGETS) -> list[str]:
+    """The report's memory-budget section (empty without cached rows)."""
+    if not folder.is_dir():
+        return []
+    rows = [budget_row(json.loads(p.read_text())) for p in sorted(folder.glob("*.json"))]
+    if not rows:
+        return []
+    lines = ["## A memory budget for the training step", "",
+             "Generated by `python -m benchmarks.real.budget` (bench size, CPU, one process per model). Ours: "
+             "`reorder.inductor.use(memory_budget=f)`; Inductor's: `torch._functorch.config.activation_memory_budget"
+             " = f`; the fractions go from 1.0 down to the lowest estimate our partitioner reaches. Peaks are real "
+             "(one step measured by `reorder.measure`), step times the median over alternating rounds in the same "
+             "process. `monotone`: our real peak never rises as the budget falls (0.5% noise allowed); `within "
+             "budget`: every budget our records call met has a real peak at most 2% above it; `dominates`: for "
+             "every fraction Inductor ran at, one of our points has a real peak at or below its and a step at most "
+             "5% slower; the largest difference of the loss or any gradient to stock's is relative to each tensor's "
+             "largest magnitude.", "", *markdown(SUMMARY, rows), ""]
+    for row in rows:
+        lines += _detail(row)
+        path = IMAGES / f"budget-{row.model}.png"
+        if plot_budget(row, path):
+            lines += [f"![{row.model} under a memory budget](img/real/{path.name})", ""]
+    return lines
