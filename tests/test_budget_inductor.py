@@ -1,6 +1,7 @@
 """``use(memory_budget=...)``: the option, the partitioner on AOTAutograd's joint graphs, its records, its fallback,
 and real compiles at three budgets (slow)."""
 
+import contextlib
 import copy
 import logging
 import pickle
@@ -134,6 +135,27 @@ def test_the_fallback_keeps_inductors_partition_and_warns(monkeypatch, caplog):
     assert "fallback (partition)" in session.summary()
 
 
+def test_what_inductor_made_is_estimated_with_what_earlier_regions_hold(monkeypatch):
+    import reorder.inductor.partitioner as partitioner
+
+    def stock_instead(gm, joint_inputs, kwargs, graph, partition):
+        return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+
+    monkeypatch.setattr(partitioner, "_min_cut_with_policies", stock_instead)  # Inductor ignores the policies
+    model, x = mlp(), torch.randn(256, 64)
+    earlier = PartitionRecord(graph="earlier", nodes=1, budget=0.5, budget_bytes=1, stock_peak=1, peak=1,
+                              feasible=True, source="inductor", saved_bytes=1000, stock_saved_bytes=1000,
+                              recomputed=0, stock_recomputed=0, recomputed_flops=0, stock_recomputed_flops=0,
+                              digest="another region")
+    with hook.use(memory_budget=0.5) as session:
+        session.add(earlier)
+        run(step_of(model, BudgetPartitioner(session)), model, x)
+    (_, record) = session.partitions
+    assert record.held_before == 1000 and record.saved_bytes == record.stock_saved_bytes
+    assert record.note.startswith("Inductor's min-cut saved another set than planned")
+    assert record.peak == record.stock_peak  # what it made is stock's partition, estimated with the 1000 B held
+
+
 def test_the_joint_graph_as_plain_data():
     graphs = []
 
@@ -172,3 +194,78 @@ def test_partition_records_read_back_from_json():
     assert session.partitions == [record]
     assert session.summary().startswith("memory budget in g: 100 B (0.5 of stock's 200 B); estimated step peak "
                                         "200 B -> 90 B (within)")
+
+
+# --- real compiles (slow): real peaks measured by the allocator ------------------------------------------------------
+
+
+def small(name: str):
+    """A transformer block with dropout, or a residual CNN, with its input: the activations outweigh the weights."""
+    from benchmarks.zoo import BasicBlock, TransformerBlock, conv_bn
+
+    torch.manual_seed(0)
+    if name == "transformer":
+        return nn.Sequential(TransformerBlock(32, heads=2), nn.Dropout(0.1), nn.Linear(32, 32)), torch.randn(4, 64, 32)
+    return nn.Sequential(conv_bn(3, 8), BasicBlock(8, 8), BasicBlock(8, 16, 2)), torch.randn(4, 3, 32, 32)
+
+
+def compiled_step(name: str, **hook_options):
+    """Compile ``name`` (under the hook with ``hook_options``, if any); its first step's loss and gradients (same
+    random numbers as every other compile), the session, and the real peak of a later step."""
+    from reorder.measure import measure
+
+    torch._dynamo.reset()
+    model, x = small(name)
+    fn = torch.compile(model)
+
+    def step():
+        torch.manual_seed(1)
+        loss = fn(x).square().mean()
+        loss.backward()
+        return loss.detach()
+
+    with hook.use(**hook_options) if hook_options else contextlib.nullcontext() as session:
+        loss = step()
+    first = [loss, *(p.grad.clone() for p in model.parameters())]
+    model.zero_grad(set_to_none=True)
+    step()
+    model.zero_grad(set_to_none=True)
+    return first, session, measure(step, "cpu").peak
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["transformer", "residual"])
+def test_three_budgets_lower_the_real_peak_with_the_same_numbers(name):
+    from helpers import assert_close_to_eager
+
+    stock, _, stock_peak = compiled_step(name)
+    peaks = []
+    for budget in (1.0, 0.8, 0.5):
+        first, session, peak = compiled_step(name, memory_budget=budget)
+        (record,) = session.partitions
+        assert session.fallbacks == [] and record.budget == budget
+        for ours, theirs in zip(first, stock, strict=True):
+            if budget == 1.0:
+                assert torch.equal(ours, theirs)  # Inductor's own partition: the same kernels
+            else:
+                assert_close_to_eager(ours, theirs, f"{name} at {budget}")  # other kernels, same numbers to rounding
+        peaks.append(peak)
+    assert peaks[0] <= stock_peak
+    assert all(b <= a * 1.005 for a, b in zip(peaks, peaks[1:]))  # never higher as the budget falls
+    assert peaks[-1] < 0.85 * stock_peak, (peaks, stock_peak)
+
+
+@pytest.mark.slow
+def test_a_failing_partitioner_leaves_a_compile_equal_to_stock(monkeypatch, caplog):
+    import reorder.inductor.partitioner as partitioner
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no frontier today")
+
+    stock, _, stock_peak = compiled_step("residual")
+    monkeypatch.setattr(partitioner, "frontier", broken)
+    with caplog.at_level(logging.WARNING, logger="reorder"):
+        first, session, peak = compiled_step("residual", memory_budget=0.5)
+    assert [f.stage for f in session.fallbacks] == ["partition"] and session.partitions == []
+    assert "keeping Inductor's partition" in caplog.text
+    assert all(torch.equal(a, b) for a, b in zip(first, stock, strict=True)) and peak <= stock_peak

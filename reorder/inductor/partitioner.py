@@ -127,7 +127,7 @@ class BudgetPartitioner(_custom_partitioner_base()):
             modules = _min_cut_with_policies(gm, joint_inputs, kwargs, graph, chosen.partition)
             made = partition_of(graph, _saved(graph, modules[0], num_fwd_outputs))
             if made.saved != chosen.partition.saved:
-                made_candidate = Candidate(made, step_peak(graph, made), chosen.source)
+                made_candidate = Candidate(made, step_peak(graph, made, held_before=held_before), chosen.source)
                 note = (f"Inductor's min-cut saved another set than planned (estimated {chosen.peak.peak:,} B "
                         f"planned, {made_candidate.peak.peak:,} B made)")
                 chosen = made_candidate
