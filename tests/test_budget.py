@@ -288,3 +288,23 @@ def test_a_frontier_without_points_keeps_stock_for_every_budget():
     front = Frontier(Candidate(stock, step_peak(graph, stock), "inductor"), ())
     assert front.lowest is front.stock and front.choose(1).candidate is front.stock
     assert not front.choose(1).feasible
+
+
+def test_the_backward_never_writes_into_a_saved_input():
+    def graph(owned: bool):
+        return build_step_graph([
+            StepNodeSpec("x", "primal", bytes=400, owned=owned),
+            StepNodeSpec("a", "forward", ["x"], bytes=300, cost=1),
+            StepNodeSpec("loss", "forward", ["a"], bytes=4, cost=1),
+            StepNodeSpec("t", "tangent", bytes=4),
+            StepNodeSpec("ga", "backward", ["t", "a"], bytes=200, fusible=True, cost=1),
+            StepNodeSpec("gx", "backward", ["ga", "x"], bytes=400, fusible=True, cost=1),
+        ], ["loss"], ["gx"])
+
+    owned = graph(owned=True)
+    _, backward = programs_of(owned, partition_of(owned, owned.ids(["a", "x"])))
+    # x is an activation an earlier region handed over, saved: AOTAutograd does not donate it, so gx, its last
+    # reader, allocates its own 400 beside it: x 400 + ga 200 (a and t freed) + gx 400
+    assert backward.peak() == 1000
+    free = graph(owned=False)
+    assert programs_of(free, partition_of(free, free.ids(["a", "x"])))[1].peak() == 600  # x costs nothing here

@@ -107,7 +107,8 @@ def programs_of(graph: StepGraph, partition: Partition) -> tuple[Program, Progra
     """The forward and the backward of ``partition`` (see the module docstring).
 
     A primal the step owns (``owned``) is live from the forward's start and freed after its last reader unless
-    saved; a saved one is handed to the backward like any other saved value.
+    saved; a saved one is handed to the backward, which frees it after its last reader but never writes into
+    it: AOTAutograd donates to the backward only saved values that alias no input or output of the forward.
     """
     free = graph.costs_nothing
     returned = {graph.storage[v] for v in graph.forward_outputs}
@@ -116,7 +117,8 @@ def programs_of(graph: StepGraph, partition: Partition) -> tuple[Program, Progra
     backward_inputs: dict[int, _Input] = {}
     for v in partition.saved:
         s = graph.storage[v]
-        backward_inputs[v] = _Input(0, False, False) if free[s] else _Input(graph.bytes[s], True, s not in returned)
+        donated = graph.role[s] != "primal" and s not in returned  # AOTAutograd donates what aliases no input
+        backward_inputs[v] = _Input(0, False, False) if free[s] else _Input(graph.bytes[s], True, donated)
     for v in range(graph.num_nodes):
         if graph.role[v] == "tangent":
             backward_inputs[v] = _Input(graph.bytes[v], True, False)
