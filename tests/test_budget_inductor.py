@@ -11,6 +11,7 @@ import torch
 from functorch.compile import aot_function, make_boxed_func
 from torch import nn
 from torch._functorch.partitioners import min_cut_rematerialization_partition
+from torch.utils.checkpoint import CheckpointPolicy
 
 from benchmarks.variants import record_from_dict
 from reorder import inductor as hook
@@ -162,11 +163,14 @@ def test_the_joint_graph_as_plain_data():
     def capture(gm, joint_inputs, **kwargs):
         fw, bw = min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
         graphs.append(step_graph_from_joint(gm, kwargs["num_fwd_outputs"], kwargs["static_lifetime_input_indices"]))
+        dropout = next(n for n in gm.graph.nodes if n.name == "native_dropout")
+        dropout.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE  # as torch.utils.checkpoint marks it
+        graphs.append(step_graph_from_joint(gm, kwargs["num_fwd_outputs"], kwargs["static_lifetime_input_indices"]))
         return fw, bw
 
     model, x = mlp(dropout=0.1), torch.randn(32, 64)
     run(step_of(model, capture), model, x)
-    (graph,) = graphs
+    graph, checkpointed = graphs
     role = dict(zip(graph.node_names, graph.role))
     assert role["primals_1"] == "primal" and role["tangents_1"] == "tangent"
     first = graph.index["addmm"]  # x @ W1.T + b1: 2 * 32 * 64 * 256 operations, a 32 x 256 float output
@@ -174,6 +178,7 @@ def test_the_joint_graph_as_plain_data():
     assert graph.recomputable[first] and not graph.pointwise[first] and not graph.fusible[first]
     dropout = graph.index["native_dropout"]
     assert not graph.recomputable[dropout] and not graph.saveable[dropout]  # random: never drawn again; a tuple
+    assert checkpointed.recomputable[dropout]  # unless a checkpoint policy asks: Inductor replays its random state
     mask = graph.index[next(n for n in graph.node_names if graph.element_of[graph.index[n]] == dropout)]
     assert graph.saveable[mask] and graph.bytes[mask] > 0
     transposes = [v for v in range(graph.num_nodes) if graph.view_of[v] is not None]

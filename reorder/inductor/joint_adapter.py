@@ -4,17 +4,23 @@ Roles come from Inductor's own ``classify_nodes`` (``torch/_functorch/partitione
 nodes the forward's outputs need, nodes in the tangents' closure, and the
 rest, which the backward needs but may run in either graph. What may be
 recomputed follows Inductor's rules for its partitioner: never a random op
-(its numbers must not change), a collective, an effectful or impure op, a
-mutation, a custom (non-aten) operator or a higher-order op, nor a node a
-``torch.utils.checkpoint`` policy marked ``MUST_SAVE`` (Inductor marks
-collectives, effectful outputs and the sources of backward mutations so
-too); a node marked ``MUST_RECOMPUTE``/``PREFER_RECOMPUTE`` may not be saved.
-Fusion follows Inductor's op lists (``get_default_op_list``): pointwise ops
-(those fusible ones whose output is as large as every input) get no buffer
-when every reader is fusible. The cost of recomputing a node is its
+(its numbers must not change; unless a ``torch.utils.checkpoint`` policy
+marks it for recomputation, which Inductor then replays with the saved
+random state), a collective, an effectful or impure op, a mutation, a
+custom (non-aten) operator or a higher-order op, nor a node a policy marks
+``MUST_SAVE`` (Inductor marks collectives, effectful outputs and the sources
+of backward mutations so too); a node marked
+``MUST_RECOMPUTE``/``PREFER_RECOMPUTE`` may not be saved.
+
+What Inductor will make of the graph, where it changes memory: its op lists
+(``get_default_op_list``) say which nodes fuse (pointwise ops and
+reductions get no buffer when every reader can take them into its kernel),
+graph inputs a convolution reads are copied to channels-last
+(:func:`_layout_copies`), and a backward ``add(mm(a, b), c)`` becomes one
+``addmm`` (:func:`_backward_addmm`). The cost of recomputing a node is its
 floating-point operations where torch's flop counter knows the op (matrix
-products, convolutions, attention), else one per element it writes.
-Sizes are evaluated at their hints.
+products, convolutions, attention), else one per element it writes. Sizes
+are evaluated at their hints.
 """
 
 from __future__ import annotations
@@ -115,10 +121,12 @@ def _recomputable(node, op_types) -> bool:
         return True
     target = node.target
     if not isinstance(target, torch._ops.OpOverload) or target.namespace not in ("aten", "prims"):
-        return False  # higher-order, custom or Python ops: side effects we cannot see
-    return not (op_types.is_random(node) or torch.Tag.nondeterministic_seeded in target.tags
-                or target.namespace == "_c10d_functional" or is_with_effects(node) or node.is_impure()
-                or target._schema.is_mutable or is_non_builtin_to_include(node) or _must_be_in_forward(node)
+        return False  # collectives, higher-order, custom or Python ops: effects we cannot replay
+    random = op_types.is_random(node) or torch.Tag.nondeterministic_seeded in target.tags
+    replayed = recompute_policy(node) in (CheckpointPolicy.MUST_RECOMPUTE, CheckpointPolicy.PREFER_RECOMPUTE)
+    if random:  # fx calls random ops impure too: their own rule
+        return replayed and not target._schema.is_mutable
+    return not (is_with_effects(node) or node.is_impure() or target._schema.is_mutable or is_non_builtin_to_include(node) or _must_be_in_forward(node)
                 or recompute_policy(node) == CheckpointPolicy.MUST_SAVE)
 
 
