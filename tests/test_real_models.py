@@ -9,7 +9,7 @@ from benchmarks.real.report import (ESTIMATES, GUARD, PEAKS, SLAB, Summary, comp
                                     write_summaries)
 from benchmarks.real.variants import HOOK, NO_LAYOUT_OPTIMIZATION, VARIANTS
 from benchmarks.variants import load_records
-from reorder.inductor.session import HookOptions
+from reorder.inductor.session import HookOptions, PartitionRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHED = ROOT / "benchmarks" / "real" / "results" / "bench"
@@ -128,3 +128,41 @@ def test_whole_path_on_the_smallest_model():
         assert parts[0] == (f"parameters and inputs (allocated before the step, not in the peak above it): "
                             f"{(row['parameter_bytes'] + row['input_bytes']) / 1e6:.2f} MB")
         assert f"gradients: {stock['gradient_bytes'] / 1e6:.2f} MB" in parts
+
+
+# --- the memory-budget section (benchmarks/real/budget.py) -----------------------------------------------------------
+
+
+def budget_cached(name: str) -> dict:
+    return json.loads((CACHED.parent / "budget" / f"{name}.json").read_text())
+
+
+def test_budget_fractions_run_from_one_to_the_lowest_point_of_the_regions_that_have_one():
+    from benchmarks.real.budget import fractions_for, variants_for
+
+    def region(stock, lowest):
+        return PartitionRecord(graph="g", nodes=1, budget=1.0, budget_bytes=stock, stock_peak=stock, peak=stock,
+                               feasible=True, source="inductor", saved_bytes=0, stock_saved_bytes=0, recomputed=0,
+                               stock_recomputed=0, recomputed_flops=0, stock_recomputed_flops=0,
+                               frontier=((1, lowest),) if lowest else ())
+
+    assert fractions_for([region(1000, 600)]) == [1.0, 0.9, 0.8, 0.7, 0.6]
+    assert fractions_for([region(1000, 600), region(1000, None)]) == [1.0, 0.9, 0.8, 0.7, 0.6]  # a loss alone
+    assert fractions_for([region(1000, 600), region(1000, 800)], points=3) == [1.0, 0.9, 0.8]
+    assert fractions_for([region(1000, None)]) == [1.0]
+    kinds = [(kind, f) for kind, f, _ in variants_for([1.0, 0.8])]
+    assert kinds == [("stock", None), ("ours", 1.0), ("ours", 0.8), ("inductor", 0.8)]
+
+
+def test_budget_checks_of_a_known_row():
+    from benchmarks.real.budget_report import budget_row, time_ratio
+
+    row = budget_row(budget_cached("BertForMaskedLM"))
+    assert [p.fraction for p in row.ours] == [1.0, 0.958, 0.916, 0.875, 0.833]
+    assert [p.real_peak for p in row.ours] == [42384424, 39893032, 38455336, 36492968, 35440296]
+    assert row.stock.real_peak == 42384424 and row.monotone and row.within_budget and row.full_not_above_stock
+    assert all(p.feasible and p.real_peak <= p.budget_bytes * 1.02 for p in row.ours)
+    assert round(row.saving, 3) == 0.164 and row.lowest.fraction == 0.833
+    theirs = row.inductor[0]
+    best = row.dominating(theirs)
+    assert best.real_peak <= theirs.real_peak and time_ratio(best, theirs) <= 1.05
