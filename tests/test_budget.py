@@ -308,3 +308,12 @@ def test_the_backward_never_writes_into_a_saved_input():
     assert backward.peak() == 1000
     free = graph(owned=False)
     assert programs_of(free, partition_of(free, free.ids(["a", "x"])))[1].peak() == 600  # x costs nothing here
+
+
+def test_offered_saved_sets_join_the_candidates_when_valid():
+    graph = layers()
+    stock = graph.ids([f"wide{k}" for k in range(4)] + ["x"])
+    narrow = graph.ids([f"narrow{k}" for k in range(3)] + ["x"])
+    front = frontier(graph, stock, prices=(), segments=(), offered={"narrow only": narrow, "nothing": []})
+    assert [p.source for p in front.points] == ["narrow only"]  # saving nothing is no partition: x must be saved
+    assert front.points[0].partition == partition_of(graph, narrow)

@@ -4,11 +4,13 @@ Candidates are partitions of one :class:`~reorder.budget.step_graph.StepGraph`:
 the partition Inductor made (*stock*); for each price of recomputation in
 :data:`PRICES`, the partition that minimises ``saved bytes + price x
 recomputed cost`` (:func:`~reorder.budget.partition.cheapest_partition`);
-and the same for each segment count of
+the same for each segment count of
 :data:`~reorder.budget.segments.SEGMENTS` at the prices of
 :data:`SEGMENT_PRICES`, keeping the values at the segments' boundaries
 saved (:func:`~reorder.budget.segments.segment_boundaries`), so that the
-backward recomputes one segment at a time.
+backward recomputes one segment at a time; and any other saved sets the
+caller offers (the partitions of Inductor's ``activation_memory_budget``,
+say), those that are valid.
 Each is judged by the step's estimated peak
 (:func:`~reorder.budget.step_peak.step_peak`). The :class:`Frontier` keeps
 the candidates below stock's peak whose peak falls as their cost rises
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from ..errors import ReorderError
 from .partition import Partition, cheapest_partition, partition_of
@@ -106,9 +108,11 @@ class Frontier:
 
 def frontier(graph: StepGraph, stock_saved: Iterable[int], prices: Sequence[Fraction | None] = PRICES,
              segments: Sequence[int] = SEGMENTS, segment_prices: Sequence[Fraction] = SEGMENT_PRICES,
-             methods: Sequence[str] = ORDER_METHODS, held_before: int = 0) -> Frontier:
+             methods: Sequence[str] = ORDER_METHODS, held_before: int = 0,
+             offered: Mapping[str, Iterable[int]] | None = None) -> Frontier:
     """Stock's partition (the values Inductor saves, ``stock_saved``) and the frontier of the other candidates;
-    ``held_before``: bytes earlier compiled regions of the step hold (see :func:`~reorder.budget.step_peak.step_peak`)."""
+    ``held_before``: bytes earlier compiled regions of the step hold (see :func:`~reorder.budget.step_peak.step_peak`);
+    ``offered``: more saved sets by name (one that is not a valid partition is left out)."""
     stock_partition = partition_of(graph, stock_saved)
     stock = Candidate(stock_partition, step_peak(graph, stock_partition, methods, held_before), "inductor")
     seen = {stock_partition.saved}
@@ -117,8 +121,13 @@ def frontier(graph: StepGraph, stock_saved: Iterable[int], prices: Sequence[Frac
     for count in segments:
         kept = segment_boundaries(graph, count)
         plans += [(kept, price, f"{count} segments, price {price_label(price)}") for price in segment_prices if kept]
-    for kept, price, source in plans:
-        partition = cheapest_partition(graph, price, kept)
+    partitions = [(cheapest_partition(graph, price, kept), source) for kept, price, source in plans]
+    for source, saved in (offered or {}).items():
+        try:
+            partitions.append((partition_of(graph, saved), source))
+        except ReorderError:
+            continue  # recomputes what may not be recomputed (a random op, say)
+    for partition, source in partitions:
         if partition.saved in seen:
             continue
         seen.add(partition.saved)

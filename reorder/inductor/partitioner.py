@@ -7,9 +7,11 @@ for each compiled region's joint forward-backward graph
 1. runs Inductor's own min-cut partitioner: *stock*, what the compile would do without us;
 2. converts the joint graph once (:mod:`~reorder.inductor.joint_adapter`)
    and builds the frontier of partitions (:func:`~reorder.budget.frontier.frontier`):
-   stock, and for each price of recomputation the partition that minimises
-   saved bytes plus priced recomputation, each judged by the step's
-   estimated peak;
+   stock, for each price of recomputation the partition that minimises
+   saved bytes plus priced recomputation (whole, and in checkpoint
+   segments), and the partitions of Inductor's own
+   ``activation_memory_budget`` at :data:`INDUCTOR_BUDGETS`, each judged by
+   the step's estimated peak;
 3. picks the cheapest one within the budget (stock itself when stock fits);
 4. hands it to Inductor's min-cut partitioner as ``torch.utils.checkpoint``
    policies on the joint graph's nodes (``node.meta["recompute"]``:
@@ -47,9 +49,14 @@ from .adapter import graph_being_compiled
 from .joint_adapter import recompute_policy, saved_names, step_graph_from_joint
 from .session import FallbackRecord, HookOptions, PartitionRecord, Session, source_hash
 
-__all__ = ["BudgetPartitioner"]
+__all__ = ["INDUCTOR_BUDGETS", "BudgetPartitioner"]
 
 log = logging.getLogger("reorder")
+
+#: Inductor's ``activation_memory_budget`` values whose partitions join the candidates (its knapsack over
+#: estimated runtimes finds partitions our cuts may not): the frontier then holds Inductor's own choices too,
+#: judged by the same estimate.
+INDUCTOR_BUDGETS: tuple[float, ...] = (0.9, 0.6, 0.3)
 
 
 def _custom_partitioner_base():
@@ -117,7 +124,9 @@ class BudgetPartitioner(_custom_partitioner_base()):
         held_before = sum(r.saved_bytes for r in earlier.values())
         graph = step_graph_from_joint(gm, num_fwd_outputs, kwargs.get("static_lifetime_input_indices"), name,
                                       inputs_are_activations=bool(earlier))
-        front = frontier(graph, _saved(graph, stock[0], num_fwd_outputs), held_before=held_before)
+        offered = {f"inductor budget {b:g}": _saved(graph, _inductor_partition(gm, joint_inputs, kwargs, b)[0],
+                                                    num_fwd_outputs) for b in INDUCTOR_BUDGETS}
+        front = frontier(graph, _saved(graph, stock[0], num_fwd_outputs), held_before=held_before, offered=offered)
         stock_peak = front.stock.peak.peak - held_before + sum(r.stock_saved_bytes for r in earlier.values())
         budget = self.options.memory_budget
         budget_bytes = budget if isinstance(budget, int) else max(1, int(budget * stock_peak))
@@ -173,6 +182,15 @@ def _saved(graph, forward_module, num_fwd_outputs: int) -> list[int]:
 def _ops(graph, nodes) -> int:
     """How many of ``nodes`` do work (views and elements of multi-output nodes cost nothing)."""
     return sum(1 for v in nodes if graph.cost[v])
+
+
+def _inductor_partition(gm, joint_inputs, kwargs: dict, budget: float) -> tuple:
+    """Inductor's min-cut partition of ``gm`` with ``torch._functorch.config.activation_memory_budget=budget``."""
+    from torch._functorch import config as functorch_config
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    with functorch_config.patch(activation_memory_budget=budget):
+        return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
 
 
 def _min_cut_with_policies(gm, joint_inputs, kwargs: dict, graph, partition) -> tuple:
