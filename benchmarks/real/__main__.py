@@ -6,6 +6,8 @@
     python -m benchmarks.real --size full --models A --modes train --capture-only   # graphs and estimates only
 
 A rerun of some ``--variants`` replaces those variants in the cached row and keeps the others.
+The memory-budget section (every training row at several budgets, ours against Inductor's
+``activation_memory_budget``) has its own runner: ``python -m benchmarks.real.budget``.
 
 Each (model, mode) row is one process-local run of :func:`~benchmarks.real.run.run_case`
 (all variants side by side, same inputs), written to

@@ -295,8 +295,9 @@ class PartitionRecord(_Record):
     ``stock_peak``: the estimated step peak of Inductor's own partition;
     ``peak``: of ours; ``feasible``: ``peak <= budget_bytes`` (when False, ours
     is the lowest estimate found). ``source``: ``"inductor"`` (stock's
-    partition was kept) or the price of recomputation whose partition was
-    chosen. ``saved_bytes``, ``recomputed`` (operations the backward runs
+    partition was kept), else the chosen candidate: ``"price <p>"``, ``"<k>
+    segments, price <p>"`` or ``"inductor budget <b>"`` (the partition of
+    Inductor's ``activation_memory_budget=b``). ``saved_bytes``, ``recomputed`` (operations the backward runs
     again) and ``recomputed_flops`` (their cost: floating-point operations of
     matrix products, convolutions and attention, one per element written for
     the others), each beside stock's. ``frontier``: ``(recompute cost,
