@@ -5,7 +5,9 @@ order) and each method are estimated, one INFO line per method goes to the
 ``reorder`` logger, and the lowest peak wins (ties go to the earlier method,
 so the baseline is kept unless something is strictly better). Methods that
 improve an order (``refine``, ``exact``) start from the best order found
-before them.
+before them. On a graph with size symbols, the winner must also hold across
+sizes (:mod:`~reorder.schedulers.across_sizes`): never above Inductor's own
+order at any evaluation point of the symbols' ranges.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Iterable, Mapping, Sequence
 from ..errors import ReorderError
 from ..graph import Graph
 from ..timeline import estimate_peak_memory, lower_bound
+from .across_sizes import choose_across_sizes, inductor_reference
 from .base import METHODS, Method, MethodOutcome
 
 __all__ = ["DEFAULT_METHODS", "ReorderResult", "reorder_for_peak_memory", "make_method", "split_methods"]
@@ -41,6 +44,13 @@ class ReorderResult:
     graph's :func:`~reorder.timeline.lower_bound`, a solver's bound, or the
     chosen peak itself once it is proven optimal; so :attr:`gap` is
     certified.
+
+    For a graph with size symbols, ``points`` are the evaluation points
+    (label -> symbol values, the hint first), ``peaks_at`` every method's
+    peak at each of them (label -> method -> bytes) and ``reference`` the
+    method whose order is Inductor's own; the chosen order is never above the
+    reference's at any point (``notes["across_sizes"]`` says when a lower
+    order at the hint was passed over). All three are empty otherwise.
     """
 
     order: list[int]
@@ -52,6 +62,9 @@ class ReorderResult:
     optimal: bool
     notes: dict[str, str] = field(default_factory=dict)
     orders: dict[str, list[int]] = field(default_factory=dict)
+    points: dict[str, dict[str, int]] = field(default_factory=dict)
+    peaks_at: dict[str, dict[str, int]] = field(default_factory=dict)
+    reference: str | None = None
 
     @property
     def gap(self) -> float:
@@ -125,7 +138,10 @@ def reorder_for_peak_memory(
     result is never worse than any of them. Every method's effort is a
     deterministic count; ``max_seconds`` is only a safety cap on the wall
     clock: methods not started when it passes are skipped, and the result
-    says so in ``notes["safety_cap"]``.
+    says so in ``notes["safety_cap"]``. On a graph with size symbols the
+    methods run at the hint and the order kept is the lowest there among
+    those never above Inductor's own order at any evaluation point
+    (:func:`~reorder.schedulers.across_sizes.choose_across_sizes`).
     """
     instances = [make_method(m) for m in (DEFAULT_METHODS if methods is None else methods)]
     if not instances:
@@ -173,6 +189,16 @@ def reorder_for_peak_memory(
         if peak < best_peak:
             best_order, best_peak, best_method = list(order), peak, name
             optimal = best_peak <= bound
+    sizes = None
+    if graph.symbols:
+        sizes = choose_across_sizes(graph, orders, list(orders), inductor_reference(peaks))
+        if sizes.method != best_method:
+            best_order, best_peak, best_method = orders[sizes.method], sizes.peak, sizes.method
+            optimal = best_peak <= bound
+            notes["across_sizes"] = sizes.note
+            log.info("%s: %s", graph.name, sizes.note)
     if optimal:
         bound = best_peak
-    return ReorderResult(list(best_order), best_peak, best_method, peaks, seconds, bound, optimal, notes, orders)
+    return ReorderResult(list(best_order), best_peak, best_method, peaks, seconds, bound, optimal, notes, orders,
+                         sizes.points if sizes else {}, sizes.peaks_at if sizes else {},
+                         sizes.reference if sizes else None)
