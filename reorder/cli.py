@@ -27,7 +27,7 @@ from .io import load_graph
 from .optima import OPTIMA_FILE, optimum_for
 from .report import Progress, format_bytes, format_table
 from .script import run_script, split_script_args
-from .sizes import parse_point
+from .sizes import parse_point, range_text
 from .timeline import estimate_peak_memory, estimate_peak_memory_allocfree, lower_bound
 
 __all__ = ["COMMANDS", "Command", "build_parser", "graph_files", "main"]
@@ -134,11 +134,6 @@ def symbols_record(graph: Graph) -> dict:
 
 def point_text(point: dict) -> str:
     return ", ".join(f"{s}={v}" for s, v in point.items())
-
-
-def range_text(bounds: tuple) -> str:
-    lower, upper = bounds
-    return f"[{lower}, {'inf' if upper is None else upper}]"
 
 
 def method_list(text: str | None) -> list[str] | None:

@@ -302,6 +302,26 @@ def graph_to_simulator(graph: Graph) -> dict:
     return {"nodes": nodes, "buffers": buffers}
 
 
+def _symbolic_override(graph: Graph, b: int) -> bool:
+    """Whether buffer ``b``'s costs were given as expressions other than the ones its kind implies (a plain
+    buffer allocates and frees its size, a child frees it, an alias costs nothing): those a file must say."""
+    if graph.size_exprs is None:
+        return False
+    size = graph.size_exprs.size[b]
+    given = (graph.size_exprs.size_alloc[b], graph.size_exprs.size_free[b])
+    if given == (None, None):
+        return False
+    if graph.alias_of[b] is not None:
+        implied = (0, 0)
+    elif graph.parent[b] is not None:
+        implied = (0, size)
+    elif graph.children[b]:
+        return True  # a sum of the children's sizes, written as the file gave it
+    else:
+        implied = (size, size)
+    return any(g is not None and g != i for g, i in zip(given, implied, strict=True))
+
+
 def graph_to_dict(graph: Graph) -> dict:
     """The library's own format for ``graph``; fields at their default are left out."""
     names = graph.buffer_names
@@ -323,8 +343,7 @@ def graph_to_dict(graph: Graph) -> dict:
                 entry["alias_kind"] = graph.alias_kind[b]
             if graph.parent[b] is not None:
                 entry["parent"] = names[graph.parent[b]]
-            given = graph.size_exprs is not None and (graph.size_exprs.size_alloc[b], graph.size_exprs.size_free[b])
-            if (graph.size_alloc[b], graph.size_free[b]) != implied[b] or (given and given != (None, None)):
+            if (graph.size_alloc[b], graph.size_free[b]) != implied[b] or _symbolic_override(graph, b):
                 entry["size_alloc"] = graph.size_text(b, "size_alloc")
                 entry["size_free"] = graph.size_text(b, "size_free")
             outs.append(entry)

@@ -55,7 +55,7 @@ from .errors import GraphError
 __all__ = [
     "DEFAULT_LOWER", "Expr", "align_expression", "FUNCTIONS", "HIGH_FACTOR", "MAX_BYTES", "MAX_DEPTH", "MAX_DIGITS", "MAX_EXPONENT",
     "MAX_MAGNITUDE", "MAX_TEXT", "NAME", "Point", "Size", "SymbolRange", "check_size_hints", "check_size_ranges",
-    "evaluate_bytes", "evaluate_size", "evaluation_points", "format_point", "format_size", "parse_point", "parse_size",
+    "evaluate_bytes", "evaluate_size", "evaluation_points", "format_point", "format_size", "in_range", "range_text", "parse_point", "parse_size",
     "resolve_size", "size_expression", "size_interval", "size_symbols", "to_sympy",
 ]
 
@@ -420,16 +420,18 @@ def format_size(tree: Expr) -> str:
 
     if op == "neg":
         return f"-{operand(args[0], right=True)}"
-    if op == "**":
-        return f"{operand(args[0], right=True)}**{args[1]}"
+    if op == "**":  # the base alone: an operator or a function call in it gets parentheses (no chained powers)
+        base = format_size(args[0])
+        return f"({base})**{args[1]}" if isinstance(args[0], tuple) else f"{base}**{args[1]}"
     return f"{operand(args[0])}{op}{operand(args[1], right=True)}"
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Symbols and their ranges.
 
-#: A symbol's value range: ``(lower, upper)``, both inclusive; ``upper`` None: every value from ``lower`` up.
-SymbolRange = tuple[int, Optional[int]]
+#: A symbol's value range: ``(lower, upper)``, both inclusive; ``upper`` None: every value from ``lower`` up;
+#: ``lower`` None: every value down from ``upper`` (Inductor gives such ranges to some integer inputs).
+SymbolRange = tuple[Optional[int], Optional[int]]
 
 #: A point of the symbols' ranges: one integer per symbol.
 Point = Mapping[str, int]
@@ -448,7 +450,7 @@ def default_range(hint: int) -> SymbolRange:
 
 def check_size_ranges(ranges: Mapping | None, hints: Mapping[str, int],
                       what: str = "size_ranges") -> dict[str, SymbolRange]:
-    """``ranges`` (symbol -> ``[lower, upper]``, upper null/None for unbounded) checked against ``hints``.
+    """``ranges`` (symbol -> ``[lower, upper]``, null/None for unbounded) checked against ``hints``.
 
     Every hinted symbol gets a range (:func:`default_range` where none is
     given); a range needs a hint, integer bounds, ``lower <= upper``, and the
@@ -467,30 +469,42 @@ def check_size_ranges(ranges: Mapping | None, hints: Mapping[str, int],
                              f"got {value!r}")
         lower, upper = value
         for bound, name in ((lower, "lower"), (upper, "upper")):
-            if bound is None and name == "upper":
+            if bound is None:
                 continue
             if isinstance(bound, bool) or not isinstance(bound, numbers.Integral) or abs(int(bound)) > MAX_BYTES:
                 raise GraphError(f"{what}: the {name} bound of {key!r} must be an integer of at most 2**60, "
                                  f"got {bound!r}")
-        lower, upper = int(lower), None if upper is None else int(upper)
-        if upper is not None and lower > upper:
+        lower, upper = None if lower is None else int(lower), None if upper is None else int(upper)
+        if lower is not None and upper is not None and lower > upper:
             raise GraphError(f"{what}: the range of {key!r} is empty ([{lower}, {upper}])")
-        if not lower <= hints[key] <= (hints[key] if upper is None else upper):
+        if not in_range(hints[key], (lower, upper)):
             raise GraphError(f"{what}: the hint {hints[key]} of {key!r} lies outside its range "
-                             f"[{lower}, {'inf' if upper is None else upper}]")
+                             f"{range_text((lower, upper))}")
         out[key] = (lower, upper)
     for key, hint in hints.items():
         out.setdefault(key, default_range(hint))
     return out
 
 
+def in_range(value: int, bounds: SymbolRange) -> bool:
+    lower, upper = bounds
+    return (lower is None or lower <= value) and (upper is None or value <= upper)
+
+
+def range_text(bounds: SymbolRange) -> str:
+    """``[2, inf]``, ``[-inf, 0]``: a range as messages and tables show it."""
+    lower, upper = bounds
+    return f"[{'-inf' if lower is None else lower}, {'inf' if upper is None else upper}]"
+
+
 def evaluation_points(hints: Mapping[str, int], ranges: Mapping[str, SymbolRange],
                       symbols: Iterable[str] | None = None) -> list[tuple[str, dict[str, int]]]:
     """The points of the symbols' ranges at which symbolic orders and plans are checked, labelled, hint first.
 
-    All symbols together at: the hint; the lower bound; twice and four times
-    the hint; and ``high``, the upper bound where there is one, else
-    :data:`HIGH_FACTOR` times the hint (each value clamped into its range).
+    All symbols together at: the hint; the lower bound (the hint where the
+    range has none); twice and four times the hint; and ``high``, the upper
+    bound where there is one, else :data:`HIGH_FACTOR` times the hint (each
+    value clamped into its range).
     With several symbols, also each symbol alone at its lower bound and at
     ``high``, the others at their hints (``"s0 lower"``, ``"s0 high"``).
     Identical points are listed once, under their first label. ``symbols``
@@ -500,7 +514,12 @@ def evaluation_points(hints: Mapping[str, int], ranges: Mapping[str, SymbolRange
 
     def clamp(name: str, value: int) -> int:
         lower, upper = ranges[name]
-        return max(lower, value if upper is None else min(upper, value))
+        value = value if upper is None else min(upper, value)
+        return value if lower is None else max(lower, value)
+
+    def low(name: str) -> int:
+        lower = ranges[name][0]
+        return hints[name] if lower is None else lower
 
     def high(name: str) -> int:
         upper = ranges[name][1]
@@ -508,7 +527,7 @@ def evaluation_points(hints: Mapping[str, int], ranges: Mapping[str, SymbolRange
 
     together = {
         "hint": {n: hints[n] for n in names},
-        "lower": {n: ranges[n][0] for n in names},
+        "lower": {n: low(n) for n in names},
         "x2": {n: clamp(n, 2 * hints[n]) for n in names},
         "x4": {n: clamp(n, 4 * hints[n]) for n in names},
         "high": {n: high(n) for n in names},
@@ -516,7 +535,7 @@ def evaluation_points(hints: Mapping[str, int], ranges: Mapping[str, SymbolRange
     points = list(together.items())
     if len(names) > 1:
         for n in names:
-            points.append((f"{n} lower", {**together["hint"], n: ranges[n][0]}))
+            points.append((f"{n} lower", {**together["hint"], n: low(n)}))
             points.append((f"{n} high", {**together["hint"], n: high(n)}))
     seen: set[tuple[int, ...]] = set()
     unique = []
@@ -551,10 +570,8 @@ def parse_point(text: str, hints: Mapping[str, int], ranges: Mapping[str, Symbol
         except ValueError:
             raise GraphError(f"{what} {text!r}: the value of {name!r} must be an integer, got {value.strip()!r}") \
                 from None
-        lower, upper = ranges[name]
-        if number < lower or (upper is not None and number > upper):
-            raise GraphError(f"{what} {text!r}: {name}={number} lies outside its range "
-                             f"[{lower}, {'inf' if upper is None else upper}]")
+        if not in_range(number, ranges[name]):
+            raise GraphError(f"{what} {text!r}: {name}={number} lies outside its range {range_text(ranges[name])}")
         point[name] = number
     return point
 
@@ -603,7 +620,7 @@ def size_interval(tree: Expr, ranges: Mapping[str, SymbolRange]) -> tuple[Bound,
         return Fraction(tree), Fraction(tree)
     if isinstance(tree, str):
         lower, upper = ranges[tree]
-        return Fraction(lower), (math.inf if upper is None else Fraction(upper))
+        return (-math.inf if lower is None else Fraction(lower)), (math.inf if upper is None else Fraction(upper))
     op, *operands = tree
     if op == "**":
         lo, hi = size_interval(operands[0], ranges)
@@ -666,13 +683,15 @@ def size_interval(tree: Expr, ranges: Mapping[str, SymbolRange]) -> tuple[Bound,
 # Sympy expressions, built from parsed trees (never from text).
 
 
-def sympy_symbol(name: str, lower: int | None = None) -> sympy.Symbol:
-    """The sympy symbol of a size symbol: an integer, non-negative (positive from a lower bound of 1 up)."""
+def sympy_symbol(name: str, bounds: SymbolRange | None = None) -> sympy.Symbol:
+    """The sympy symbol of a size symbol: an integer; positive from a lower bound of 1 up, non-negative from 0 up
+    or where no range is known (a size symbol), else any integer."""
+    lower = 0 if bounds is None else bounds[0]
     if lower is not None and lower >= 1:
         return sympy.Symbol(name, integer=True, positive=True)
-    if lower is not None and lower < 0:
-        return sympy.Symbol(name, integer=True)
-    return sympy.Symbol(name, integer=True, nonnegative=True)
+    if lower is not None and lower >= 0:
+        return sympy.Symbol(name, integer=True, nonnegative=True)
+    return sympy.Symbol(name, integer=True)
 
 
 def to_sympy(tree: Expr, ranges: Mapping[str, SymbolRange] | None = None,
@@ -690,7 +709,7 @@ def to_sympy(tree: Expr, ranges: Mapping[str, SymbolRange] | None = None,
     if isinstance(tree, str):
         if symbols is not None and tree in symbols:
             return symbols[tree]
-        return sympy_symbol(tree, ranges[tree][0] if ranges and tree in ranges else None)
+        return sympy_symbol(tree, ranges.get(tree) if ranges else None)
     op, *operands = tree
     if op == "**":
         return to_sympy(operands[0], ranges, symbols) ** operands[1]

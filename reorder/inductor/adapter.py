@@ -128,28 +128,27 @@ class SymbolicSizes:
     ranges: dict[str, tuple[int, int | None]]
 
 
-def symbol_ranges(symbols) -> tuple[dict[str, int], dict[str, tuple[int, int | None]]] | str:
-    """The hints (``optimization_hint``, the values Inductor sizes buffers with) and value ranges of Inductor's
-    ``symbols``; a sentence saying why not where one has no hint (an unbacked, data-dependent symbol) or no
-    finite lower bound."""
+def symbol_ranges(symbols) -> tuple[dict[str, int], dict[str, tuple[int | None, int | None]]] | str:
+    """The hints (``optimization_hint``, the values Inductor sizes buffers with) and value ranges (an infinite
+    bound as None) of Inductor's ``symbols``; a sentence saying why not where one has no hint (an unbacked,
+    data-dependent symbol)."""
     import sympy
     from torch._inductor.virtualized import V
 
     sizevars = V.graph.sizevars
     shape_env = sizevars.shape_env
     hints, ranges = {}, {}
+
+    def finite(bound) -> int | None:  # sympy.Integer alone: Inductor's int_oo calls itself a finite integer
+        return int(bound) if isinstance(bound, (int, sympy.Integer)) else None
+
     for symbol in sorted(symbols, key=str):
         name = str(symbol)
         if symbol not in shape_env.backed_var_to_val:
             return f"size symbol {name} has no hint (an unbacked, data-dependent size)"
         bounds = shape_env.var_to_range.get(symbol)
-        lower = bounds.lower if bounds is not None else None
-        upper = bounds.upper if bounds is not None else None
-        # sympy.Integer alone: Inductor's int_oo calls itself a finite integer
-        if not isinstance(lower, (int, sympy.Integer)):
-            return f"size symbol {name} has no finite lower bound ({bounds})"
         hints[name] = int(sizevars.optimization_hint(symbol))
-        ranges[name] = (int(lower), int(upper) if isinstance(upper, (int, sympy.Integer)) else None)
+        ranges[name] = (finite(bounds.lower), finite(bounds.upper)) if bounds is not None else (None, None)
     return hints, ranges
 
 

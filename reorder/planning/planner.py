@@ -23,7 +23,7 @@ from .offset_search import search_offsets
 from .offsets import STRATEGIES, live_bytes_bound
 from .options import PlanOptions
 from .slab import SlabPlan
-from .symbolic import StackedPlan, choose_stacking
+from .symbolic import StackedPlan, check_nonnegative, choose_stacking
 
 __all__ = ["pack", "plan_intervals", "plan_memory", "plan_orders", "solve_packing"]
 
@@ -150,6 +150,7 @@ def _stacked_plan(graph: Graph, order: Sequence[int], storages: list[Storage], o
     starts = [s.start for s in storages]
     ends = [s.end for s in storages]
     sizes = [align_expression(e.size[s.owner], a) for s in storages]
+    check_nonnegative([names[s.owner] for s in storages], sizes, graph.size_ranges)
     stacking = choose_stacking(starts, ends, sizes, graph.evaluation_points(), options.restarts,
                                _seconds_left(deadline), what=lambda k: f"buffer {names[storages[k].owner]!r}")
     unique = tuple((graph.node_names[v], align_expression(z, a)) for v, z in enumerate(e.unique_workspace) if z != 0)

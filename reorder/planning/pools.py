@@ -52,10 +52,11 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from ..errors import PlanError
-from ..sizes import Expr, SymbolRange, align_expression, evaluate_bytes, evaluation_points, size_symbols
+from ..sizes import (Expr, SymbolRange, align_expression, evaluate_bytes, evaluation_points, size_interval,
+                     size_symbols)
 from .offset_search import search_offsets
 from .slab import SlabPlan
-from .symbolic import StackedPlan, choose_stacking
+from .symbolic import StackedPlan, check_nonnegative, choose_stacking
 
 __all__ = ["ALIGNMENT", "PACK_RESTARTS", "BufferGroup", "GroupKind", "Pool", "PoolLayout", "PoolPlanner",
            "chained_components", "choose_layout", "plan_pools", "replayed_peak"]
@@ -176,7 +177,8 @@ class PoolLayout:
     """Pools over time, the pooled groups left to their own allocation, and the replayed peaks (bytes).
 
     ``individual``: indices of :attr:`GroupKind.POOLED` groups allocated one
-    by one after all (zero-byte groups, then those that left the pools, in
+    by one after all (zero-byte groups and groups whose size expression may
+    be negative in the symbols' ranges, then those that left the pools, in
     the order they left). ``estimated_peak``: the largest total the program
     allocates at one step with this layout; ``stock_estimated_peak``: the same
     with every group allocated one by one (both at the hints). ``touching``:
@@ -310,10 +312,17 @@ class PoolPlanner:
         self.sizes_at = [[g.size_at(point) for g in self.groups] for _, point in self.points]
         self.sizes = self.sizes_at[0]
         candidates = [i for i, g in enumerate(self.groups) if g.kind is GroupKind.POOLED]
-        self.pooled = [i for i in candidates if can_hold_bytes(self.groups[i])]
-        self.individual = [i for i in candidates if not can_hold_bytes(self.groups[i])]
+        self.pooled = [i for i in candidates if self.poolable(self.groups[i])]
+        self.individual = [i for i in candidates if not self.poolable(self.groups[i])]
         self.packed: dict[tuple[int, ...], SlabPlan | StackedPlan] = {}  # a pool's members -> its plan, packed once
         self.pool_bytes: dict[tuple[int, ...], list[int]] = {}  # a pool's members -> its bytes at each point
+
+    def poolable(self, group: BufferGroup) -> bool:
+        """Whether a group can share a pool: it holds bytes (a positive size, or one that is an expression), and
+        an expression is proven non-negative over the symbols' ranges (what stacking needs)."""
+        if group.expr is None:
+            return group.size > 0
+        return size_interval(group.aligned_expr, self.ranges)[0] >= 0
 
     def plan(self) -> PoolLayout:
         """Groups leave the pools until the replay and the foreign-step rule both hold at every point."""
@@ -371,6 +380,7 @@ class PoolPlanner:
         names = [self.groups[i].name for i in members]
         if any(self.groups[i].expr is not None for i in members):
             sizes = tuple(self.groups[i].aligned_expr for i in members)
+            check_nonnegative(names, sizes, self.ranges, "buffer group")
             stacking = choose_stacking(s, e, sizes, self.points, PACK_RESTARTS, PACK_SECONDS_CAP, PACK_GREEDY_WORK,
                                        what=lambda k: names[k])
             plan = StackedPlan("search", ALIGNMENT, (), tuple(names), tuple((n,) for n in names), tuple(s), tuple(e),
@@ -419,11 +429,6 @@ class PoolPlanner:
             return max(idle, key=lambda i: (sizes[i], -i))
         worst = max(live or range(len(pools)), key=lambda k: (self.pool_bytes[pools[k].members][q], -k))
         return max(pools[worst].members, key=lambda i: (sizes[i], -i))
-
-
-def can_hold_bytes(group: BufferGroup) -> bool:
-    """Whether a group can hold bytes: a positive size, or one that is an expression."""
-    return group.size > 0 or group.expr is not None
 
 
 def plan_pools(groups: Sequence[BufferGroup], horizon: int, foreign_steps: Iterable[int] = (),

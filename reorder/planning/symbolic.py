@@ -60,7 +60,7 @@ from .offset_search import search_offsets
 from .offsets import live_bytes_bound
 from .slab import SlabPlan
 
-__all__ = ["Stacking", "StackedPlan", "choose_stacking", "stack"]
+__all__ = ["Stacking", "StackedPlan", "check_nonnegative", "choose_stacking", "stack"]
 
 T = TypeVar("T")
 
@@ -95,6 +95,16 @@ def stack(stacking: Stacking, sizes: Sequence[T], zero: T = 0, maximum: Callable
     tops = [offsets[k] + sizes[k] for k in stacking.order if k not in supporting]
     top = tops[0] if len(tops) == 1 else maximum(*tops) if tops else zero
     return offsets, top
+
+
+def check_nonnegative(names: Sequence[str], sizes: Sequence[Expr], ranges: Mapping[str, SymbolRange],
+                      what: str = "buffer") -> None:
+    """Prove every size non-negative over the symbols' ranges (interval arithmetic), or raise :class:`PlanError`
+    naming the first that may be negative: stacking keeps storages apart only with such sizes."""
+    for name, z in zip(names, sizes, strict=True):
+        if type(z) is not int and size_interval(z, ranges)[0] < 0:
+            raise PlanError(f"{what} {name!r}: its size {format_size(z)} may be negative in the symbols' ranges, "
+                            f"so stacking cannot keep storages apart")
 
 
 def overlapping_pairs(starts: Sequence[int], ends: Sequence[int], active: Sequence[int]) -> list[list[int]]:
@@ -285,13 +295,10 @@ class StackedPlan:
         1 and 2 are the argument of the module docstring: with them the plan
         holds for every value of the symbols, not only at the points of 3.
         """
-        for k, z in enumerate(self.sizes):
-            if type(z) is not int and size_interval(z, self.ranges)[0] < 0:
-                raise PlanError(f"buffer {self.names[k]!r}: its size {format_size(z)} may be negative in the "
-                                f"symbols' ranges, so stacking cannot keep storages apart")
-        for node, z in self.unique_workspace:
-            if type(z) is not int and size_interval(z, self.ranges)[0] < 0:
-                raise PlanError(f"node {node!r}: its unique workspace {format_size(z)} may be negative")
+        check_nonnegative(self.names, self.sizes, self.ranges)
+        check_nonnegative([node for node, _ in self.unique_workspace], [z for _, z in self.unique_workspace],
+                          self.ranges, "the unique workspace of node")
+        check_nonnegative(["shared workspace"], [self.shared_workspace], self.ranges, "the")
         n = len(self.names)
         position = {k: i for i, k in enumerate(self.stacking.order)}
         reach = [0] * n

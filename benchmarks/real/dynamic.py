@@ -1,0 +1,329 @@
+"""``python -m benchmarks.real.dynamic``: real models compiled once with ``dynamic=True``, run at several sizes.
+
+    python -m benchmarks.real.dynamic [--models A,B] [--modes infer,train] [--again] [--report-only]
+
+Each (model, mode) row is one process-local run of :func:`run_dynamic_case`:
+text models at four sequence lengths (batch 8), image models at four batch
+sizes. Per row and size, the real allocated peak (:func:`reorder.measure.measure`,
+one call) of
+
+* **stock**: ``torch.compile(step, dynamic=True)``, compiled once;
+* **hook**: the same under ``reorder.inductor.use(compare=True)`` (our order;
+  its graphs are written to ``benchmarks/real/graphs/dynamic/<model>_<mode>/``
+  in our format, symbols and ranges included);
+* **slab**: the same under ``use(slab=True)`` (our order, our pools, their
+  offsets expressions in the size symbols);
+* **static slab** (the reference): ``use(slab=True)`` compiled for that one
+  size (``dynamic=False``), a fresh compile per size.
+
+The compiled-once variants stay in their context for every size, so a
+recompile (if any) goes through our passes too; the Dynamo graphs each
+variant compiled are counted. Outputs and gradients of hook and slab are
+compared with stock's at every size (the largest difference relative to each
+tensor's magnitude). A training step is the compiled forward and loss,
+``loss.backward()`` and an eager ``SGD.step()``, as in :mod:`benchmarks.real.run`;
+each variant runs the same sequence of steps from the same weights.
+
+Rows are cached in ``benchmarks/real/results/dynamic/``; the report section
+(:func:`dynamic_section`, part of docs/real-models.md) and one plot per row
+(docs/img/real/dynamic/<model>_<mode>.png: real peak against size) are
+rebuilt from the cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from reorder.measure import measure
+
+from ..variants import load_records, records_json
+from .models import MODELS, build_model, make_inputs
+from .run import _difference
+
+__all__ = ["DYNAMIC_ROWS", "DynamicRow", "dynamic_section", "run_dynamic_case"]
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "dynamic"
+GRAPHS = HERE / "graphs" / "dynamic"
+IMAGES = HERE.parents[1] / "docs" / "img" / "real" / "dynamic"
+
+
+@dataclass(frozen=True)
+class DynamicRow:
+    """One architecture of the dynamic section: the axis that varies, its sizes (the first compiles), and config
+    overrides (GPT-2's positions must reach the longest sequence)."""
+
+    axis: str  # "sequence" or "batch"
+    sizes: tuple[int, ...]
+    overrides: tuple[tuple[str, object], ...] = ()
+
+
+TEXT = DynamicRow("sequence", (32, 64, 128, 256))
+IMAGE = DynamicRow("batch", (2, 4, 8, 16))
+
+DYNAMIC_ROWS: dict[str, DynamicRow] = {
+    "BertForMaskedLM": TEXT,
+    "GPT2LMHeadModel": DynamicRow("sequence", TEXT.sizes, (("n_positions", 256),)),
+    "T5ForConditionalGeneration": TEXT,
+    "DebertaV2ForQuestionAnswering": TEXT,
+    "ResNetForImageClassification": IMAGE,
+    "ViTForImageClassification": IMAGE,
+}
+
+VARIANTS = ("stock", "hook", "slab")
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+class Stepper:
+    """One variant's model copy, its compiled step and optimizer: ``step(inputs)`` runs one step and returns its
+    outputs and, in training, the gradients (then set to None)."""
+
+    def __init__(self, base: torch.nn.Module, mode: str, dynamic: bool):
+        torch._dynamo.reset()
+        self.model = copy.deepcopy(base)
+        self.train = mode == "train"
+        model = self.model
+        forward = (lambda inputs: model(**inputs).loss) if self.train else \
+            (lambda inputs: tuple(model(**inputs).to_tuple()))
+        self.fn = torch.compile(forward, dynamic=dynamic)
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=1e-3) if self.train else None
+
+    def run(self, inputs: dict):
+        if not self.train:
+            with torch.no_grad():
+                return self.fn(inputs)
+        loss = self.fn(inputs)
+        loss.backward()
+        self.optimizer.step()
+        return loss.detach()
+
+    def step(self, inputs: dict) -> list[torch.Tensor]:
+        outputs = [t.detach().clone() for t in _tensors(self.run(inputs))]
+        if self.train:
+            outputs += [p.grad.clone() for p in self.model.parameters() if p.grad is not None]
+            self.optimizer.zero_grad(set_to_none=True)
+        return outputs
+
+    def peak(self, inputs: dict) -> int:
+        gc.collect()
+        m = measure(lambda: self.run(inputs), "cpu")
+        if self.train:
+            self.optimizer.zero_grad(set_to_none=True)
+        return m.peak
+
+
+def _context(variant: str, capture_dir: Path | None):
+    import contextlib
+
+    from reorder import inductor
+
+    if variant == "stock":
+        return contextlib.nullcontext()
+    if variant == "hook":
+        return inductor.use(compare=True, capture_dir=capture_dir)
+    return inductor.use(slab=True)
+
+
+def _unique_graphs() -> int:
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
+def run_dynamic_case(name: str, mode: str) -> dict:
+    """Every variant of one row at every size, side by side in this process (see the module docstring)."""
+    warnings.filterwarnings("ignore", message="dynamo_pgo force disabled")
+    from torch._inductor import config
+
+    config.force_disable_caches = True  # every variant compiles for real
+    spec = DYNAMIC_ROWS[name]
+    base, model_config = build_model(name, "bench", mode, dict(spec.overrides))
+
+    def inputs_at(size: int) -> dict:
+        if spec.axis == "batch":
+            return make_inputs(name, model_config, "bench", mode, batch=size)
+        return make_inputs(name, model_config, "bench", mode, sequence=size)
+
+    row = {"model": name, "mode": mode, "axis": spec.axis, "sizes": list(spec.sizes), "variants": {},
+           "difference_to_stock": {}}
+    outputs: dict[str, dict[int, list[torch.Tensor]]] = {}
+    for variant in VARIANTS:
+        capture = GRAPHS / f"{name}_{mode}" if variant == "hook" else None
+        t0 = time.perf_counter()
+        stepper = Stepper(base, mode, dynamic=True)
+        before = _unique_graphs()
+        peaks, outputs[variant] = {}, {}
+        with _context(variant, capture) as session:
+            for size in spec.sizes:
+                outputs[variant][size] = stepper.step(inputs_at(size))  # the first size compiles
+                peaks[str(size)] = stepper.peak(inputs_at(size))
+        row["variants"][variant] = {"real_peak": peaks, "compiles": _unique_graphs() - before,
+                                    "seconds": time.perf_counter() - t0, "records": records_json(session)}
+        print(f"    {variant}: {peaks} ({row['variants'][variant]['compiles']} graphs compiled, "
+              f"{row['variants'][variant]['seconds']:.0f}s)", file=sys.stderr, flush=True)
+        del stepper
+    for variant in VARIANTS[1:]:
+        row["difference_to_stock"][variant] = {str(size): _difference(outputs[variant][size], outputs["stock"][size])
+                                               for size in spec.sizes}
+    static = {}
+    for size in spec.sizes:
+        stepper = Stepper(base, mode, dynamic=False)
+        with _context("slab", None) as session:
+            stepper.step(inputs_at(size))
+            static[str(size)] = stepper.peak(inputs_at(size))
+        row.setdefault("static_records", {})[str(size)] = records_json(session)
+        del stepper
+    row["variants"]["static_slab"] = {"real_peak": static}
+    print(f"    static slab: {static}", file=sys.stderr, flush=True)
+    torch._dynamo.reset()
+    return row
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The report.
+
+
+def _rows() -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*_*.json"))]
+
+
+def _mb(n: int | None) -> str:
+    return "" if n is None else f"{n / 1e6:.2f}"
+
+
+def slab_fallbacks(row: dict) -> list[str]:
+    """The slab variant's fallback records of a row, as ``graph: reason``."""
+    from reorder.inductor.session import FallbackRecord
+
+    return [f"{r.graph}: {r.reason}" for r in load_records(row["variants"]["slab"]) if isinstance(r, FallbackRecord)]
+
+
+def stacked_pools(row: dict) -> int:
+    """Pools of the slab variant whose offsets are expressions in the size symbols."""
+    from reorder.inductor.session import SlabRecord
+
+    return sum(r.stacked for r in load_records(row["variants"]["slab"]) if isinstance(r, SlabRecord))
+
+
+def plot(row: dict, path: Path) -> bool:
+    """Real peak against size, one line per variant (False without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    sizes = row["sizes"]
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    styles = {"stock": ("stock (dynamic)", "-", "o"), "hook": ("hook (dynamic)", "--", "s"),
+              "slab": ("slab (dynamic)", "-", "^"), "static_slab": ("slab compiled per size", ":", "x")}
+    for variant, (label, line, marker) in styles.items():
+        peaks = row["variants"][variant]["real_peak"]
+        ax.plot(sizes, [peaks[str(s)] / 1e6 for s in sizes], line, marker=marker, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [str(s) for s in sizes])
+    ax.set_xlabel(row["axis"] + (" length (batch 8)" if row["axis"] == "sequence" else " size"))
+    ax.set_ylabel("real allocated peak (MB)")
+    ax.set_title(f"{row['model']} {row['mode']}: compiled once, dynamic=True")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
+def dynamic_section() -> list[str]:
+    """The report's dynamic-shapes section from the cached rows (empty without any), with a plot per row."""
+    rows = _rows()
+    if not rows:
+        return []
+    lines = ["## Dynamic shapes (compiled once, `dynamic=True`)", "",
+             "Generated by `python -m benchmarks.real.dynamic`. Each variant compiles the step **once** with "
+             "`torch.compile(step, dynamic=True)` at the first size and runs it at every size; the reference, "
+             "**static slab**, is `use(slab=True)` compiled for that one size (`dynamic=False`). Real allocated "
+             "peaks (MB) from the allocator's events, one call, variants side by side in one process. Text models "
+             "vary the sequence length (batch 8), image models the batch size. Compiles: Dynamo graphs each "
+             "compiled-once variant compiled over all sizes (stock / hook / slab). Difference: the largest "
+             "difference of any output or gradient of hook or slab against stock at that size, relative to the "
+             "tensor's magnitude (0: bitwise).", "",
+             "| model | mode | size | stock | hook | slab | static slab | slab/stock | slab/static | compiles | "
+             "slab fallbacks | difference |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+    worst_stock, worst_static, fallbacks = 0.0, 0.0, 0
+    for row in rows:
+        v = row["variants"]
+        compiles = " / ".join(str(v[name]["compiles"]) for name in VARIANTS)
+        falls = slab_fallbacks(row)
+        fallbacks += len(falls)
+        for size in row["sizes"]:
+            key = str(size)
+            peak = {name: v[name]["real_peak"][key] for name in (*VARIANTS, "static_slab")}
+            to_stock, to_static = peak["slab"] / peak["stock"], peak["slab"] / peak["static_slab"]
+            worst_stock, worst_static = max(worst_stock, to_stock), max(worst_static, to_static)
+            difference = max((d[key] for d in row["difference_to_stock"].values() if d[key] is not None),
+                             default=None)
+            lines.append(f"| {row['model']} | {row['mode']} | {size} | {_mb(peak['stock'])} | {_mb(peak['hook'])} | "
+                         f"{_mb(peak['slab'])} | {_mb(peak['static_slab'])} | {to_stock:.3f} | {to_static:.3f} | "
+                         f"{compiles} | {len(falls)} | {'' if difference is None else f'{difference:.1e}'} |")
+    lines += ["", f"Across the {len(rows)} rows: slab/stock at most {worst_stock:.3f}, slab/static slab at most "
+                  f"{worst_static:.3f}, {fallbacks} slab fallbacks.", ""]
+    for row in rows:
+        path = IMAGES / f"{row['model']}_{row['mode']}.png"
+        if plot(row, path):
+            lines.append(f"![{row['model']} {row['mode']}](img/real/dynamic/{path.name})")
+    return lines + [""]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.real.dynamic", description=__doc__.splitlines()[0])
+    parser.add_argument("--models", help=f"comma-separated (default: {', '.join(DYNAMIC_ROWS)})")
+    parser.add_argument("--modes", default="infer,train")
+    parser.add_argument("--again", action="store_true", help="rerun rows that are cached")
+    parser.add_argument("--report-only", action="store_true", help="only rebuild the report from the cache")
+    args = parser.parse_args(argv)
+    models = args.models.split(",") if args.models else list(DYNAMIC_ROWS)
+    unknown = [m for m in models if m not in DYNAMIC_ROWS]
+    if unknown:
+        parser.error(f"unknown models {unknown}; known: {', '.join(DYNAMIC_ROWS)} (of {', '.join(MODELS)})")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    if not args.report_only:
+        cases = [(m, mode) for m in models for mode in args.modes.split(",")]
+        for k, (model, mode) in enumerate(cases, 1):
+            path = RESULTS / f"{model}_{mode}.json"
+            if path.exists() and not args.again:
+                continue
+            t0 = time.perf_counter()
+            print(f"[{k}/{len(cases)}] {model} {mode} ...", file=sys.stderr, flush=True)
+            row = run_dynamic_case(model, mode)
+            row["seconds"] = time.perf_counter() - t0
+            path.write_text(json.dumps(row) + "\n")
+            print(f"    {row['seconds']:.0f}s", file=sys.stderr, flush=True)
+    from .report import DOC, RESULTS as BENCH_RESULTS, write_report
+
+    write_report(BENCH_RESULTS / "bench")
+    print(f"dynamic section in {DOC.name}: {len(_rows())} rows", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
