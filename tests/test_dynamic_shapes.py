@@ -4,9 +4,7 @@ size (against brute force), orders that hold across sizes, pools of symbolic gro
 import dataclasses
 import json
 import math
-import random
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -20,7 +18,7 @@ from reorder.io import graph_from_dict, graph_to_dict
 from reorder.planning import PlanOptions, SlabPlan, plan_memory
 from reorder.planning.intervals import storage_intervals
 from reorder.planning.pools import ALIGNMENT, BufferGroup, GroupKind, choose_layout, replayed_peak
-from reorder.planning.symbolic import StackedPlan, Stacking
+from reorder.planning.symbolic import Stacking
 from reorder.schedulers import reorder_for_peak_memory
 from reorder.schedulers.across_sizes import INDUCTOR_ORDERS, inductor_reference, peaks_at_points
 from reorder.sizes import (align_expression, check_size_ranges, evaluate_size, evaluation_points, format_size,

@@ -48,7 +48,8 @@ from reorder.measure import measure
 
 from ..variants import load_records, records_json
 from .models import MODELS, build_model, make_inputs
-from .run import _difference
+from .rows import run_rows
+from .run import _difference, _tensors
 
 __all__ = ["DYNAMIC_ROWS", "DynamicRow", "dynamic_section", "run_dynamic_case"]
 
@@ -81,14 +82,6 @@ DYNAMIC_ROWS: dict[str, DynamicRow] = {
 }
 
 VARIANTS = ("stock", "hook", "slab")
-
-
-def _tensors(value) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _tensors(v)]
-    return []
 
 
 class Stepper:
@@ -222,6 +215,16 @@ def stacked_pools(row: dict) -> int:
     return sum(r.stacked for r in load_records(row["variants"]["slab"]) if isinstance(r, SlabRecord))
 
 
+def worst_pool_ratio(row: dict) -> float:
+    """The largest pool's slab over its own live-bytes bound, at the worst evaluation point of any graph of the
+    slab variant (1.000: every pool at its bound at every point)."""
+    from reorder.inductor.session import SlabRecord
+
+    ratios = [at["worst_ratio"] for r in load_records(row["variants"]["slab"]) if isinstance(r, SlabRecord)
+              for at in (r.peaks_at or {}).values()]
+    return max(ratios, default=1.0)
+
+
 def plot(row: dict, path: Path) -> bool:
     """Real peak against size, one line per variant (False without matplotlib)."""
     try:
@@ -294,6 +297,38 @@ def dynamic_section() -> list[str]:
     return lines + [""]
 
 
+def inductor_table() -> list[str]:
+    """The condensed table docs/inductor.md shows: per row, the slab against stock and against the slab compiled
+    per size, at each size; compiles; fallbacks; pools whose offsets are expressions."""
+    rows = _rows()
+    lines = ["Measured with `python -m benchmarks.real.dynamic` (docs/real-models.md has every figure and a plot per "
+             "row): each step compiled **once** with `dynamic=True` at the first size, run at four sizes (text: "
+             "sequence length, batch 8; images: batch size); real allocated peaks from the allocator's events, "
+             "variants side by side in one process. *static slab*: `use(slab=True)` compiled for that one size.", "",
+             "| model | mode | sizes | stock MB | slab / stock | slab / static slab | compiles stock / hook / slab "
+             "| slab fallbacks | stacked pools | worst pool / bound |",
+             "|---|---|---|---|---|---|---|---:|---:|---:|"]
+    for row in rows:
+        v = row["variants"]
+        keys = [str(size) for size in row["sizes"]]
+        ratio = lambda a, b: " / ".join(f"{v[a]['real_peak'][k] / v[b]['real_peak'][k]:.3f}" for k in keys)
+        lines.append(f"| {row['model']} | {row['mode']} | {', '.join(keys)} ({row['axis']}) | "
+                     f"{' / '.join(_mb(v['stock']['real_peak'][k]) for k in keys)} | {ratio('slab', 'stock')} | "
+                     f"{ratio('slab', 'static_slab')} | {' / '.join(str(v[n]['compiles']) for n in VARIANTS)} | "
+                     f"{len(slab_fallbacks(row))} | {stacked_pools(row)} | {worst_pool_ratio(row):.3f} |")
+    return lines
+
+
+def write_inductor_table() -> None:
+    """Replace the table between docs/inductor.md's ``dynamic-table`` markers."""
+    doc = HERE.parents[1] / "docs" / "inductor.md"
+    text = doc.read_text()
+    start, end = "<!-- dynamic-table -->", "<!-- /dynamic-table -->"
+    head, rest = text.split(start, 1)
+    tail = rest.split(end, 1)[1]
+    doc.write_text(head + start + "\n" + "\n".join(inductor_table()) + "\n" + end + tail)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.real.dynamic", description=__doc__.splitlines()[0])
     parser.add_argument("--models", help=f"comma-separated (default: {', '.join(DYNAMIC_ROWS)})")
@@ -305,23 +340,14 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [m for m in models if m not in DYNAMIC_ROWS]
     if unknown:
         parser.error(f"unknown models {unknown}; known: {', '.join(DYNAMIC_ROWS)} (of {', '.join(MODELS)})")
-    RESULTS.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
-        cases = [(m, mode) for m in models for mode in args.modes.split(",")]
-        for k, (model, mode) in enumerate(cases, 1):
-            path = RESULTS / f"{model}_{mode}.json"
-            if path.exists() and not args.again:
-                continue
-            t0 = time.perf_counter()
-            print(f"[{k}/{len(cases)}] {model} {mode} ...", file=sys.stderr, flush=True)
-            row = run_dynamic_case(model, mode)
-            row["seconds"] = time.perf_counter() - t0
-            path.write_text(json.dumps(row) + "\n")
-            print(f"    {row['seconds']:.0f}s", file=sys.stderr, flush=True)
+        run_rows([(m, mode) for m in models for mode in args.modes.split(",")], RESULTS, run_dynamic_case,
+                 args.again)
     from .report import DOC, RESULTS as BENCH_RESULTS, write_report
 
     write_report(BENCH_RESULTS / "bench")
-    print(f"dynamic section in {DOC.name}: {len(_rows())} rows", file=sys.stderr)
+    write_inductor_table()
+    print(f"dynamic section in {DOC.name} and its table in inductor.md: {len(_rows())} rows", file=sys.stderr)
     return 0
 
 

@@ -223,10 +223,12 @@ def _at(expr, hints: dict[str, int]) -> int:
     """An Inductor size expression's value at ``hints`` (by symbol name)."""
     if isinstance(expr, int):
         return expr
-    return int(expr.subs({s: hints[str(s)] for s in expr.free_symbols}))
+    import sympy
+
+    return int(expr.xreplace({s: sympy.Integer(hints[str(s)]) for s in expr.free_symbols}))
 
 
-def text(expr) -> int | str:
+def _text(expr) -> int | str:
     """A size for a spec: the bytes of a constant, the printed expression otherwise (read by our own parser)."""
     return expr if isinstance(expr, int) else int(expr) if expr.is_number else str(expr)
 
@@ -244,7 +246,10 @@ def graph_from_scheduler(nodes: list, name: str = "graph", scheduler=None, free_
     state = scheduler_state(nodes, scheduler)
     tangents = freed_tangents(nodes, state.graph_inputs) if free_tangents else {}
     freeable = {**state.freeable, **tangents}
-    symbolic = symbolic_sizes(nodes, state, freeable)
+    try:
+        symbolic = symbolic_sizes(nodes, state, freeable)
+    except Exception as exc:  # noqa: BLE001 - the graph is still Inductor's at its hints
+        symbolic = f"its sizes could not be made expressions ({type(exc).__name__}: {exc})"
     if isinstance(symbolic, str):
         state.not_symbolic, symbolic = symbolic, None
     real_name = state.mutation_real_name
@@ -281,8 +286,8 @@ def graph_from_scheduler(nodes: list, name: str = "graph", scheduler=None, free_
             renamed = b in real_name
             if symbolic:
                 alloc, free = symbolic.buffers[b]
-                outputs.append(BufferSpec(b, size=0 if renamed or b in parents else text(free if parent else alloc),
-                                          alias_of=alias, parent=parent, size_alloc=text(alloc), size_free=text(free)))
+                outputs.append(BufferSpec(b, size=0 if renamed or b in parents else _text(free if parent else alloc),
+                                          alias_of=alias, parent=parent, size_alloc=_text(alloc), size_free=_text(free)))
                 continue
             outputs.append(BufferSpec(
                 b, size=0 if renamed or b in parents else max(info.size_alloc, info.size_free),
@@ -291,7 +296,7 @@ def graph_from_scheduler(nodes: list, name: str = "graph", scheduler=None, free_
         after = [a for a in dict.fromkeys(after) if a != node.get_name()]
         specs.append(NodeSpec(node.get_name(), outputs, reads=list(dict.fromkeys(reads)), after=after))
     if symbolic:
-        inputs = [InputSpec(b, text(symbolic.inputs.get(b, 0))) for b in freeable]
+        inputs = [InputSpec(b, _text(symbolic.inputs.get(b, 0))) for b in freeable]
     else:
         inputs = [InputSpec(b, tangents[b] if b in tangents else fb.mpi_buffer.size_free) for b, fb in freeable.items()]
     outputs = [b for b in state.graph_outputs if b in producer or b in freeable]

@@ -58,7 +58,7 @@ from ..sizes import (Expr, Point, SymbolRange, evaluate_bytes, evaluation_points
                      size_symbols, to_sympy)
 from .offset_search import search_offsets
 from .offsets import live_bytes_bound
-from .slab import SlabPlan
+from .slab import PlannedStorages, SlabPlan
 
 __all__ = ["Stacking", "StackedPlan", "check_nonnegative", "choose_stacking", "stack"]
 
@@ -177,13 +177,13 @@ def choose_stacking(starts: Sequence[int], ends: Sequence[int], sizes: Sequence[
 
 
 @dataclass(frozen=True)
-class StackedPlan:
+class StackedPlan(PlannedStorages):
     """A slab plan for every point of the size symbols' ranges: storages stacked (see the module docstring).
 
-    Parallel tuples per storage, as in :class:`~reorder.planning.slab.SlabPlan`:
-    ``names``, ``members``, ``starts``/``ends`` (half-open steps: they do not
-    depend on sizes), ``sizes`` (aligned size expressions, ints where
-    constant) and ``symbolic_sizes`` (the buffers' own size texts, for
+    Besides the :class:`~reorder.planning.slab.PlannedStorages` (whose
+    ``starts``/``ends`` do not depend on sizes), parallel tuples per storage:
+    ``sizes`` (aligned size expressions, ints where constant) and
+    ``symbolic_sizes`` (the buffers' own size texts, for
     reports). ``stacking``: the :class:`Stacking`. Workspaces follow the
     tensor region as in ``SlabPlan``: ``unique_workspace`` (node, aligned
     bytes expression) in node order, then ``shared_workspace``. ``hints``
@@ -192,13 +192,6 @@ class StackedPlan:
     checked at.
     """
 
-    strategy: str
-    alignment: int
-    order: tuple[str, ...]
-    names: tuple[str, ...]
-    members: tuple[tuple[str, ...], ...]
-    starts: tuple[int, ...]
-    ends: tuple[int, ...]
     sizes: tuple[Expr, ...]
     stacking: Stacking
     unique_workspace: tuple[tuple[str, Expr], ...]
