@@ -178,8 +178,8 @@ def test_every_method_a_record_can_name_is_documented():
     docs = DOCS.read_text()
     for method in methods:
         assert f"`{method}`" in docs, method
-    assert "`tangents_freed_<m>`" in docs and "`inductor_<m>`" in docs
-    for method in ("tangents_freed_<m>", "inductor_<m>", *methods):
+    assert "`tangents_freed_<m>`" in docs and "`inductor_<m>`" in docs and "`<m>@<point>`" in docs
+    for method in ("tangents_freed_<m>", "inductor_<m>", "<m>@<point>", *methods):
         assert f"``{method}``" in OrderRecord.__doc__, method
 
 

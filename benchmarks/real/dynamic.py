@@ -1,6 +1,7 @@
 """``python -m benchmarks.real.dynamic``: real models compiled once with ``dynamic=True``, run at several sizes.
 
     python -m benchmarks.real.dynamic [--models A,B] [--modes infer,train] [--again] [--report-only]
+    python -m benchmarks.real.dynamic --add-static-stock   # the stock-per-size reference for cached rows
 
 Each (model, mode) row is one process-local run of :func:`run_dynamic_case`:
 text models at four sequence lengths (batch 8), image models at four batch
@@ -14,7 +15,9 @@ one call) of
 * **slab**: the same under ``use(slab=True)`` (our order, our pools, their
   offsets expressions in the size symbols);
 * **static slab** (the reference): ``use(slab=True)`` compiled for that one
-  size (``dynamic=False``), a fresh compile per size.
+  size (``dynamic=False``), a fresh compile per size;
+* **static stock**: stock compiled for that one size, which says how much of
+  a gap between the two slabs is what compiling once costs Inductor itself.
 
 The compiled-once variants stay in their context for every size, so a
 recompile (if any) goes through our passes too; the Dynamo graphs each
@@ -140,12 +143,13 @@ def _unique_graphs() -> int:
     return counters["stats"]["unique_graphs"]
 
 
-def run_dynamic_case(name: str, mode: str) -> dict:
-    """Every variant of one row at every size, side by side in this process (see the module docstring)."""
-    warnings.filterwarnings("ignore", message="dynamo_pgo force disabled")
-    from torch._inductor import config
+#: The references compiled for one size at a time (``dynamic=False``): a name, and the variant whose context they
+#: compile in. The slab per size is the criterion; stock per size says how much of a gap is Inductor's own.
+STATIC = {"static_slab": "slab", "static_stock": "stock"}
 
-    config.force_disable_caches = True  # every variant compiles for real
+
+def _row_model(name: str, mode: str):
+    """The row's model (seeded) and a function giving its inputs at a size of the row's axis."""
     spec = DYNAMIC_ROWS[name]
     base, model_config = build_model(name, "bench", mode, dict(spec.overrides))
 
@@ -154,6 +158,32 @@ def run_dynamic_case(name: str, mode: str) -> dict:
             return make_inputs(name, model_config, "bench", mode, batch=size)
         return make_inputs(name, model_config, "bench", mode, sequence=size)
 
+    return base, inputs_at
+
+
+def run_static(name: str, mode: str, reference: str) -> dict:
+    """The real peak of ``reference`` (a key of :data:`STATIC`) at each size of the row, a fresh compile for each."""
+    base, inputs_at = _row_model(name, mode)
+    peaks, records = {}, {}
+    for size in DYNAMIC_ROWS[name].sizes:
+        stepper = Stepper(base, mode, dynamic=False)
+        with _context(STATIC[reference], None) as session:
+            stepper.step(inputs_at(size))
+            peaks[str(size)] = stepper.peak(inputs_at(size))
+        records[str(size)] = records_json(session)
+        del stepper
+    print(f"    {reference}: {peaks}", file=sys.stderr, flush=True)
+    return {"real_peak": peaks, "records": records}
+
+
+def run_dynamic_case(name: str, mode: str) -> dict:
+    """Every variant of one row at every size, side by side in this process (see the module docstring)."""
+    warnings.filterwarnings("ignore", message="dynamo_pgo force disabled")
+    from torch._inductor import config
+
+    config.force_disable_caches = True  # every variant compiles for real
+    spec = DYNAMIC_ROWS[name]
+    base, inputs_at = _row_model(name, mode)
     row = {"model": name, "mode": mode, "axis": spec.axis, "sizes": list(spec.sizes), "variants": {},
            "difference_to_stock": {}}
     outputs: dict[str, dict[int, list[torch.Tensor]]] = {}
@@ -175,17 +205,16 @@ def run_dynamic_case(name: str, mode: str) -> dict:
     for variant in VARIANTS[1:]:
         row["difference_to_stock"][variant] = {str(size): _difference(outputs[variant][size], outputs["stock"][size])
                                                for size in spec.sizes}
-    static = {}
-    for size in spec.sizes:
-        stepper = Stepper(base, mode, dynamic=False)
-        with _context("slab", None) as session:
-            stepper.step(inputs_at(size))
-            static[str(size)] = stepper.peak(inputs_at(size))
-        row.setdefault("static_records", {})[str(size)] = records_json(session)
-        del stepper
-    row["variants"]["static_slab"] = {"real_peak": static}
-    print(f"    static slab: {static}", file=sys.stderr, flush=True)
+    for reference in STATIC:
+        row["variants"][reference] = run_static(name, mode, reference)
     torch._dynamo.reset()
+    return row
+
+
+def add_static_stock(name: str, mode: str) -> dict:
+    """A cached row with the stock-per-size reference added (rows cached before it was measured)."""
+    row = json.loads((RESULTS / f"{name}_{mode}.json").read_text())
+    row["variants"]["static_stock"] = run_static(name, mode, "static_stock")
     return row
 
 
@@ -237,8 +266,11 @@ def plot(row: dict, path: Path) -> bool:
     sizes = row["sizes"]
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     styles = {"stock": ("stock (dynamic)", "-", "o"), "hook": ("hook (dynamic)", "--", "s"),
-              "slab": ("slab (dynamic)", "-", "^"), "static_slab": ("slab compiled per size", ":", "x")}
+              "slab": ("slab (dynamic)", "-", "^"), "static_slab": ("slab compiled per size", ":", "x"),
+              "static_stock": ("stock compiled per size", ":", "+")}
     for variant, (label, line, marker) in styles.items():
+        if variant not in row["variants"]:
+            continue
         peaks = row["variants"][variant]["real_peak"]
         ax.plot(sizes, [peaks[str(s)] / 1e6 for s in sizes], line, marker=marker, label=label)
     ax.set_xscale("log", base=2)
@@ -269,9 +301,9 @@ def dynamic_section() -> list[str]:
              "compiled-once variant compiled over all sizes (stock / hook / slab). Difference: the largest "
              "difference of any output or gradient of hook or slab against stock at that size, relative to the "
              "tensor's magnitude (0: bitwise).", "",
-             "| model | mode | size | stock | hook | slab | static slab | slab/stock | slab/static | compiles | "
-             "slab fallbacks | difference |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+             "| model | mode | size | stock | hook | slab | static slab | static stock | slab/stock | slab/static | "
+             "stock/static stock | compiles | slab fallbacks | difference |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     worst_stock, worst_static, fallbacks = 0.0, 0.0, 0
     for row in rows:
         v = row["variants"]
@@ -280,16 +312,20 @@ def dynamic_section() -> list[str]:
         fallbacks += len(falls)
         for size in row["sizes"]:
             key = str(size)
-            peak = {name: v[name]["real_peak"][key] for name in (*VARIANTS, "static_slab")}
+            peak = {name: v[name]["real_peak"][key] if name in v else None
+                    for name in (*VARIANTS, "static_slab", "static_stock")}
             to_stock, to_static = peak["slab"] / peak["stock"], peak["slab"] / peak["static_slab"]
+            stock_gap = "" if peak["static_stock"] is None else f"{peak['stock'] / peak['static_stock']:.3f}"
             worst_stock, worst_static = max(worst_stock, to_stock), max(worst_static, to_static)
             difference = max((d[key] for d in row["difference_to_stock"].values() if d[key] is not None),
                              default=None)
             lines.append(f"| {row['model']} | {row['mode']} | {size} | {_mb(peak['stock'])} | {_mb(peak['hook'])} | "
-                         f"{_mb(peak['slab'])} | {_mb(peak['static_slab'])} | {to_stock:.3f} | {to_static:.3f} | "
-                         f"{compiles} | {len(falls)} | {'' if difference is None else f'{difference:.1e}'} |")
+                         f"{_mb(peak['slab'])} | {_mb(peak['static_slab'])} | {_mb(peak['static_stock'])} | "
+                         f"{to_stock:.3f} | {to_static:.3f} | {stock_gap} | {compiles} | {len(falls)} | "
+                         f"{'' if difference is None else f'{difference:.1e}'} |")
     lines += ["", f"Across the {len(rows)} rows: slab/stock at most {worst_stock:.3f}, slab/static slab at most "
-                  f"{worst_static:.3f}, {fallbacks} slab fallbacks.", ""]
+                  f"{worst_static:.3f}, {fallbacks} slab fallbacks. *static stock*: stock compiled for that one "
+                  f"size; stock/static stock is what compiling once for every size costs Inductor itself.", ""]
     for row in rows:
         path = IMAGES / f"{row['model']}_{row['mode']}.png"
         if plot(row, path):
@@ -304,17 +340,20 @@ def inductor_table() -> list[str]:
     lines = ["Measured with `python -m benchmarks.real.dynamic` (docs/real-models.md has every figure and a plot per "
              "row): each step compiled **once** with `dynamic=True` at the first size, run at four sizes (text: "
              "sequence length, batch 8; images: batch size); real allocated peaks from the allocator's events, "
-             "variants side by side in one process. *static slab*: `use(slab=True)` compiled for that one size.", "",
-             "| model | mode | sizes | stock MB | slab / stock | slab / static slab | compiles stock / hook / slab "
-             "| slab fallbacks | stacked pools | worst pool / bound |",
-             "|---|---|---|---|---|---|---|---:|---:|---:|"]
+             "variants side by side in one process. *static slab*: `use(slab=True)` compiled for that one size; *static "
+             "stock*: stock compiled for that one size (what compiling once costs Inductor itself).", "",
+             "| model | mode | sizes | stock MB | slab / stock | slab / static slab | stock / static stock | "
+             "compiles stock / hook / slab | slab fallbacks | stacked pools | worst pool / bound |",
+             "|---|---|---|---|---|---|---|---|---:|---:|---:|"]
     for row in rows:
         v = row["variants"]
         keys = [str(size) for size in row["sizes"]]
         ratio = lambda a, b: " / ".join(f"{v[a]['real_peak'][k] / v[b]['real_peak'][k]:.3f}" for k in keys)
         lines.append(f"| {row['model']} | {row['mode']} | {', '.join(keys)} ({row['axis']}) | "
                      f"{' / '.join(_mb(v['stock']['real_peak'][k]) for k in keys)} | {ratio('slab', 'stock')} | "
-                     f"{ratio('slab', 'static_slab')} | {' / '.join(str(v[n]['compiles']) for n in VARIANTS)} | "
+                     f"{ratio('slab', 'static_slab')} | "
+                     f"{ratio('stock', 'static_stock') if 'static_stock' in v else ''} | "
+                     f"{' / '.join(str(v[n]['compiles']) for n in VARIANTS)} | "
                      f"{len(slab_fallbacks(row))} | {stacked_pools(row)} | {worst_pool_ratio(row):.3f} |")
     return lines
 
@@ -335,14 +374,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", default="infer,train")
     parser.add_argument("--again", action="store_true", help="rerun rows that are cached")
     parser.add_argument("--report-only", action="store_true", help="only rebuild the report from the cache")
+    parser.add_argument("--add-static-stock", action="store_true",
+                        help="measure stock compiled per size for cached rows that lack it, and add it")
     args = parser.parse_args(argv)
     models = args.models.split(",") if args.models else list(DYNAMIC_ROWS)
     unknown = [m for m in models if m not in DYNAMIC_ROWS]
     if unknown:
         parser.error(f"unknown models {unknown}; known: {', '.join(DYNAMIC_ROWS)} (of {', '.join(MODELS)})")
-    if not args.report_only:
-        run_rows([(m, mode) for m in models for mode in args.modes.split(",")], RESULTS, run_dynamic_case,
-                 args.again)
+    cases = [(m, mode) for m in models for mode in args.modes.split(",")]
+    if args.add_static_stock:
+        lacking = [(m, mode) for m, mode in cases if (RESULTS / f"{m}_{mode}.json").exists()
+                   and "static_stock" not in json.loads((RESULTS / f"{m}_{mode}.json").read_text())["variants"]]
+        run_rows(lacking, RESULTS, add_static_stock, again=True,
+                 merge=lambda cached, new: {**new, "seconds": cached.get("seconds", 0.0) + new["seconds"]})
+    elif not args.report_only:
+        run_rows(cases, RESULTS, run_dynamic_case, args.again)
     from .report import DOC, RESULTS as BENCH_RESULTS, write_report
 
     write_report(BENCH_RESULTS / "bench")

@@ -257,7 +257,8 @@ def choose_freeing_tangents(graph: Graph, real_graph: Graph, result: ReorderResu
     notes = dict(result.notes)
     if peak > result.peak:
         lowest = f"the order of lowest estimate ({result.method}, {result.peak:,} B)"
-        notes = {key: f"about {lowest}: {note}" if key in result.peaks else note for key, note in notes.items()}
+        notes = {key: f"about {lowest}: {note}" if key in result.peaks and not note.startswith("about ") else note
+                 for key, note in notes.items()}
         notes["tangents_freed"] = (f"kept {method} for a real step: {real_peak:,} B with the tangents freed against "
                                    f"{stock_real_peak:,} B for stock's order; its estimate, {peak:,} B, is "
                                    f"{peak - result.peak:,} B above {lowest}, so it is not optimal")

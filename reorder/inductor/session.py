@@ -162,7 +162,11 @@ class OrderRecord(_Record):
       Inductor's own method ``m`` run on the real nodes, kept only when strictly lower than ours;
     * ``tangents_freed_<m>``, with ``<m>`` any of the above: in a backward graph, the order method
       ``m`` found once the tangents count as freed, as a real step frees them (see
-      :class:`~reorder.inductor.reorder_pass.ReorderPass`).
+      :class:`~reorder.inductor.reorder_pass.ReorderPass`);
+    * ``<m>@<point>`` (``refine@high``, say): in a graph whose sizes are expressions in size symbols,
+      method ``m`` run at another evaluation point of the symbols' ranges than the hint (``lower``,
+      ``x2``, ``x4``, ``high``, ``s0 high``, ...), kept when it is the lowest at the hint among the
+      orders never above Inductor's own at any point (:mod:`reorder.schedulers.across_sizes`).
 
     ``methods``: every method's estimated peak; ``lower_bound``: the highest
     proven bound on the minimum; ``optimal``: whether ``peak`` itself is

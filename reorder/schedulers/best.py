@@ -122,6 +122,41 @@ def make_method(spec: str | Method) -> Method:
     return cls(**values)
 
 
+#: Methods not run again at the other evaluation points of a symbolic graph: the solver is minutes where the
+#: others are seconds.
+HINT_ONLY = ("baseline", "optimal")
+
+
+def _orders_at_other_points(graph: Graph, instances: Sequence[Method], started: float, max_seconds: float | None,
+                            notes: dict[str, str], seconds: dict[str, float]) -> dict[str, list[int]]:
+    """The methods' orders at every evaluation point of a symbolic graph but the hint, named ``<method>@<point>``:
+    more candidates for the choice across sizes (an order that is lowest at the hint may be above Inductor's own
+    elsewhere, while one found at another point is as low at the hint and never above it). At each point the
+    methods that improve an order start from the best found there so far; ``optimal`` is not run again. Each
+    order's seconds go into ``seconds``."""
+    found: dict[str, list[int]] = {}
+    for label, point in graph.evaluation_points()[1:]:
+        at = graph.at(point)
+        best = list(range(graph.num_nodes))
+        best_peak = estimate_peak_memory(at, best).peak
+        for method in instances:
+            if method.name in HINT_ONLY:
+                continue
+            if max_seconds is not None and time.perf_counter() - started > max_seconds:
+                notes["safety_cap"] = (f"wall-clock cap of {max_seconds:g} s reached; skipped the methods at "
+                                       f"{label} and later evaluation points")
+                log.warning("reorder: %s: %s", graph.name, notes["safety_cap"])
+                return found
+            t0 = time.perf_counter()
+            order = list(method.run(at, best).order)
+            found[f"{method.name}@{label}"] = order
+            seconds[f"{method.name}@{label}"] = time.perf_counter() - t0
+            peak = estimate_peak_memory(at, order).peak
+            if peak < best_peak:
+                best, best_peak = order, peak
+    return found
+
+
 def reorder_for_peak_memory(
     graph: Graph,
     methods: Iterable | None = None,
@@ -139,8 +174,10 @@ def reorder_for_peak_memory(
     deterministic count; ``max_seconds`` is only a safety cap on the wall
     clock: methods not started when it passes are skipped, and the result
     says so in ``notes["safety_cap"]``. On a graph with size symbols the
-    methods run at the hint and the order kept is the lowest there among
-    those never above Inductor's own order at any evaluation point
+    methods also run at the other evaluation points (their orders named
+    ``<method>@<point>``, ``refine@high`` say), and the order kept is the
+    lowest at the hint among all of them never above Inductor's own order at
+    any evaluation point
     (:func:`~reorder.schedulers.across_sizes.choose_across_sizes`).
     """
     instances = [make_method(m) for m in (DEFAULT_METHODS if methods is None else methods)]
@@ -191,8 +228,14 @@ def reorder_for_peak_memory(
             optimal = best_peak <= bound
     sizes = None
     if graph.symbols:
+        elsewhere = _orders_at_other_points(graph, instances, started, max_seconds, notes, seconds)
+        for name, order in elsewhere.items():
+            orders[name] = order
+            peaks[name] = estimate_peak_memory(graph, order).peak
         sizes = choose_across_sizes(graph, orders, list(orders), inductor_reference(peaks))
         if sizes.method != best_method:
+            lowest = f"the order of lowest estimate ({best_method}, {best_peak:,} B)"
+            notes = {key: f"about {lowest}: {note}" if key in peaks else note for key, note in notes.items()}
             best_order, best_peak, best_method = orders[sizes.method], sizes.peak, sizes.method
             optimal = best_peak <= bound
             notes["across_sizes"] = sizes.note
