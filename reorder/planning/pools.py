@@ -337,12 +337,11 @@ class PoolPlanner:
                 violation = next(((q, step) for q in range(len(self.points))
                                   if (step := self.foreign_step_with_idle_bytes(pools, q)) is not None), None)
             if violation is None or not pools:
-                labels = [label for label, _ in self.points]
+                symbolic = len(self.points) > 1
+                peaks_at = {label: (peak[0], st) for (label, _), peak, st in zip(self.points, peaks, stock, strict=True)}
                 return PoolLayout(tuple(pools), tuple(self.individual), peaks[0][0], stock[0], self.touching,
-                                  {label: (peak[0], st) for label, peak, st in zip(labels, peaks, stock, strict=True)}
-                                  if len(self.points) > 1 else {},
-                                  {label: dict(point) for label, point in self.points} if len(self.points) > 1
-                                  else {})
+                                  peaks_at if symbolic else {},
+                                  {label: dict(point) for label, point in self.points} if symbolic else {})
             leaving = self.leaving_group(pools, *violation)
             self.pooled.remove(leaving)
             self.individual.append(leaving)
@@ -366,10 +365,10 @@ class PoolPlanner:
                 members = tuple(part)
                 if members not in self.packed:
                     self.packed[members] = self.pack(members)
-                    plan = self.packed[members]
-                    self.pool_bytes[members] = [plan.slab_bytes if isinstance(plan, SlabPlan) or not point
-                                                else plan.at(point).slab_bytes for _, point in self.points]
-                pools.append(Pool(device, members, self.packed[members]))
+                pool = Pool(device, members, self.packed[members])
+                if members not in self.pool_bytes:
+                    self.pool_bytes[members] = [pool.nbytes_at(point) for _, point in self.points]
+                pools.append(pool)
         return pools
 
     def pack(self, members: Sequence[int]) -> SlabPlan | StackedPlan:
