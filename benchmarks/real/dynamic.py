@@ -255,7 +255,8 @@ def worst_pool_ratio(row: dict) -> float:
 
 
 def plot(row: dict, path: Path) -> bool:
-    """Real peak against size, one line per variant (False without matplotlib)."""
+    """Two panels against size: the real peak of every variant (log-log), and each one's peak relative to stock's
+    at that size; the legend below both (False without matplotlib)."""
     try:
         import matplotlib
 
@@ -264,23 +265,33 @@ def plot(row: dict, path: Path) -> bool:
     except ImportError:
         return False
     sizes = row["sizes"]
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    styles = {"stock": ("stock (dynamic)", "-", "o"), "hook": ("hook (dynamic)", "--", "s"),
-              "slab": ("slab (dynamic)", "-", "^"), "static_slab": ("slab compiled per size", ":", "x"),
+    stock = [row["variants"]["stock"]["real_peak"][str(s)] for s in sizes]
+    fig, (absolute, relative) = plt.subplots(1, 2, figsize=(10, 4.2))
+    styles = {"stock": ("stock, compiled once", "-", "o"), "hook": ("hook, compiled once", "--", "s"),
+              "slab": ("slab, compiled once", "-", "^"), "static_slab": ("slab compiled per size", ":", "x"),
               "static_stock": ("stock compiled per size", ":", "+")}
     for variant, (label, line, marker) in styles.items():
         if variant not in row["variants"]:
             continue
-        peaks = row["variants"][variant]["real_peak"]
-        ax.plot(sizes, [peaks[str(s)] / 1e6 for s in sizes], line, marker=marker, label=label)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(sizes, [str(s) for s in sizes])
-    ax.set_xlabel(row["axis"] + (" length (batch 8)" if row["axis"] == "sequence" else " size"))
-    ax.set_ylabel("real allocated peak (MB)")
-    ax.set_title(f"{row['model']} {row['mode']}: compiled once, dynamic=True")
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
+        peaks = [row["variants"][variant]["real_peak"][str(s)] for s in sizes]
+        absolute.plot(sizes, [p / 1e6 for p in peaks], line, marker=marker, label=label)
+        relative.plot(sizes, [100 * (p / q - 1) for p, q in zip(peaks, stock, strict=True)], line, marker=marker)
+    axis = row["axis"] + (" length (batch 8)" if row["axis"] == "sequence" else " size")
+    for ax in (absolute, relative):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [str(s) for s in sizes])
+        ax.set_xlabel(axis)
+        ax.grid(True, alpha=0.3)
+    absolute.set_yscale("log")
+    absolute.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    absolute.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+    absolute.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    absolute.set_ylabel("real allocated peak (MB)")
+    relative.set_ylabel("real peak against stock compiled once (%)")
+    relative.axhline(0, color="black", linewidth=0.6)
+    fig.suptitle(f"{row['model']} {row['mode']}: torch.compile(dynamic=True) once, every size")
+    fig.legend(loc="lower center", ncol=5, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
     plt.close(fig)
