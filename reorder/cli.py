@@ -27,6 +27,7 @@ from .io import load_graph
 from .optima import OPTIMA_FILE, optimum_for
 from .report import Progress, format_bytes, format_table
 from .script import run_script, split_script_args
+from .sizes import parse_point, range_text
 from .timeline import estimate_peak_memory, estimate_peak_memory_allocfree, lower_bound
 
 __all__ = ["COMMANDS", "Command", "build_parser", "graph_files", "main"]
@@ -112,6 +113,29 @@ def add_methods(p: argparse.ArgumentParser, help: str = "reordering methods (as 
     p.add_argument("--methods", help=help)
 
 
+def add_at(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--at", metavar="S=V,...",
+                   help=f"a point of a symbolic graph's size symbols, e.g. s0=512,s1=8 (symbols not named keep "
+                        f"their hints): {what}")
+
+
+def graph_at(graph: Graph, at: str | None) -> Graph:
+    """``graph`` at the point ``--at`` names (itself without one); one-line errors name the symbol."""
+    if at is None:
+        return graph
+    return graph.at(parse_point(at, graph.size_hints, graph.size_ranges))
+
+
+def symbols_record(graph: Graph) -> dict:
+    """A symbolic graph's symbols with their hints (the point its figures are at) and ranges (upper null:
+    unbounded)."""
+    return {s: {"hint": graph.size_hints[s], "range": list(graph.size_ranges[s])} for s in graph.symbols}
+
+
+def point_text(point: dict) -> str:
+    return ", ".join(f"{s}={v}" for s, v in point.items())
+
+
 def method_list(text: str | None) -> list[str] | None:
     """``--methods`` as method specs (None: the default methods). The method registry checks every name and
     option; its one-line error comes out after the flag and its value."""
@@ -194,12 +218,14 @@ CAPPED_NOTE = ("note: the --seconds cap stopped the slab search before its resta
 
 def estimate_arguments(p: argparse.ArgumentParser) -> None:
     add_file(p)
+    add_at(p, "estimate the graph there")
 
 
 def estimate_record(graph: Graph) -> dict:
-    """The ``estimate`` JSON object for one graph."""
+    """The ``estimate`` JSON object for one graph; a symbolic graph's also has its ``symbols`` (hints and ranges)
+    and ``peaks_at``: the peak of its own order at each evaluation point (label -> point and peak)."""
     timeline = estimate_peak_memory(graph)
-    return {
+    record = {
         "graph": graph.name,
         "nodes": graph.num_nodes,
         "buffers": graph.num_buffers,
@@ -209,12 +235,18 @@ def estimate_record(graph: Graph) -> dict:
         "peak_allocfree": estimate_peak_memory_allocfree(graph).peak,
         "lower_bound": lower_bound(graph),
     }
+    if graph.symbols:
+        record["symbols"] = symbols_record(graph)
+        record["peaks_at"] = {label: {"point": point, "peak": estimate_peak_memory(graph.at(point)).peak}
+                              for label, point in graph.evaluation_points()}
+    return record
 
 
 @command("estimate", "peak memory of a graph's own order (file or folder of graphs)", estimate_arguments, json=True)
 def cmd_estimate(args: argparse.Namespace) -> int:
-    """Peak of the graph's own order; JSON keys: peak, peak_allocfree, lower_bound, nodes."""
-    records = [estimate_record(load_graph(f)) for f in graph_files(args.file)]
+    """Peak of the graph's own order; JSON keys: peak, peak_allocfree, lower_bound, nodes (a symbolic graph: also
+    symbols and peaks_at, the peak at each evaluation point; --at: the figures at that point)."""
+    records = [estimate_record(graph_at(load_graph(f), args.at)) for f in graph_files(args.file)]
     if args.json:
         print_json(records, args.file)
         return 0
@@ -224,6 +256,12 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         for r in records
     ]
     print(format_table(["graph", "nodes", "buffers", "peak", "peak (alloc/free)", "lower bound", "peak/bound"], rows))
+    for r in records:
+        if "symbols" in r:
+            print(f"\n{r['graph']}: at {point_text({s: v['hint'] for s, v in r['symbols'].items()})}; "
+                  f"peak of its own order at each evaluation point:")
+            print(format_table(["point", "symbols", "peak"], [(label, point_text(at["point"]), format_bytes(at["peak"]))
+                                                              for label, at in r["peaks_at"].items()]))
     return 0
 
 
@@ -235,6 +273,7 @@ def optimize_arguments(p: argparse.ArgumentParser) -> None:
     add_file(p)
     add_methods(p, "comma-separated, e.g. lpmf,bfs,refine (options: 'exact:max_states=10000,refine:window=10'; "
                    "'optimal:effort=30:workers=1' solves with CP-SAT, needs the exact extra)")
+    add_at(p, "optimize with that point as the hint")
 
 
 def optimize_record(graph: Graph, methods: Sequence[str] | None) -> dict:
@@ -253,14 +292,17 @@ def optimize_record(graph: Graph, methods: Sequence[str] | None) -> dict:
         "optimal": result.optimal,
         "seconds": result.seconds,
         "notes": result.notes,
+        **({"symbols": symbols_record(graph), "points": result.points, "peaks_at": result.peaks_at,
+            "inductor_order": result.reference} if result.points else {}),
     }
 
 
 @command("optimize", "find the lowest-peak order", optimize_arguments, json=True)
 def cmd_optimize(args: argparse.Namespace) -> int:
-    """Best order over methods; JSON keys: methods, best, order, lower_bound, seconds."""
+    """Best order over methods; JSON keys: methods, best, order, lower_bound, seconds (a symbolic graph: also
+    symbols, points, peaks_at {point: {method: peak}} and inductor_order, the method that is Inductor's order)."""
     methods = method_list(args.methods)
-    records = [optimize_record(load_graph(f), methods) for f in graph_files(args.file)]
+    records = [optimize_record(graph_at(load_graph(f), args.at), methods) for f in graph_files(args.file)]
     if args.json:
         print_json(records, args.file)
         return 0
@@ -274,7 +316,16 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         ]
         print(format_table(["method", "peak", "vs baseline", "ms", "best", "note"], rows))
         status = "optimal" if r["optimal"] else f"{100 * r['gap']:.2f}% above the lower bound"
-        print(f"best: {r['best']['method']} at {format_bytes(r['best']['peak'])} ({status})\n")
+        print(f"best: {r['best']['method']} at {format_bytes(r['best']['peak'])} ({status})")
+        if "points" in r:
+            best, reference = r["best"]["method"], r["inductor_order"]
+            print(f"across sizes: {best} is never above Inductor's order ({reference}) at any evaluation point")
+            print(format_table(["point", "symbols", f"Inductor's order ({reference})", f"ours ({best})", "change"], [
+                (label, point_text(point), format_bytes(r["peaks_at"][label][reference]),
+                 format_bytes(r["peaks_at"][label][best]),
+                 f"{r['peaks_at'][label][best] / max(r['peaks_at'][label][reference], 1) - 1:+.2%}")
+                for label, point in r["points"].items()]))
+        print()
     return 0
 
 
@@ -291,18 +342,26 @@ def plan_arguments(p: argparse.ArgumentParser) -> None:
                         "or the graph's own")
     add_methods(p, "reordering methods whose orders are candidates (as for optimize)")
     p.add_argument("--exclude-inputs", action="store_true", help="leave graph inputs to the caller")
+    add_at(p, "a symbolic graph's plan (valid for every size) shown at that point")
 
 
 def plan_graph(graph: Graph, args: argparse.Namespace, methods: Sequence[str] | None):
-    """``(order method, validated SlabPlan)`` for ``graph`` as ``plan``'s options ask."""
+    """``(order method, validated plan)`` for ``graph`` as ``plan``'s options ask: a
+    :class:`~reorder.planning.SlabPlan`, or for a symbolic graph a
+    :class:`~reorder.planning.symbolic.StackedPlan` valid at every point of its symbols' ranges (the orders
+    are those that hold across sizes: the ones never above Inductor's own at any evaluation point)."""
     from .planning import plan_memory, plan_orders
     from .schedulers import reorder_for_peak_memory
 
     if args.order == "baseline":
-        return "baseline", plan_memory(graph, None, plan_options(args))
+        return "baseline", plan_memory(graph, None, plan_options(args), symbolic=True)
     result = reorder_for_peak_memory(graph, methods)
     orders = result.orders if args.order == "all" else {result.method: result.order}
-    return plan_orders(graph, orders, plan_options(args))
+    if result.points:  # only orders that hold across sizes
+        reference = result.reference
+        orders = {name: order for name, order in orders.items()
+                  if all(peaks[name] <= peaks[reference] for peaks in result.peaks_at.values())}
+    return plan_orders(graph, orders, plan_options(args), symbolic=True)
 
 
 @command("plan", "pack every buffer into one slab at static offsets (file or folder of graphs)", plan_arguments,
@@ -310,14 +369,29 @@ def plan_graph(graph: Graph, args: argparse.Namespace, methods: Sequence[str] | 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Slab plan; JSON keys: order, slab_bytes, lower_bound, strategy, buffers [{name, offset, size, start, end}];
     with --exact also status and nodes."""
+    from .planning.symbolic import StackedPlan
+
     methods = method_list(args.methods)
     records = []
     for path in graph_files(args.file):
         graph = load_graph(path)
         chosen, plan = plan_graph(graph, args, methods)
+        stacked = plan if isinstance(plan, StackedPlan) else None
+        point = parse_point(args.at, graph.size_hints, graph.size_ranges) if args.at else None
+        if stacked is not None and point is not None:
+            plan = stacked.at(point)
+            plan.validate()
         if args.json:
-            records.append({"graph": graph.name, "order_method": chosen, **plan.to_json()})
+            data = stacked.to_json() if stacked is not None and point is None else plan.to_json()
+            records.append({"graph": graph.name, "order_method": chosen, **data,
+                            **({"point": {s: point[s] for s in graph.symbols}} if point is not None else {})})
             continue
+        if stacked is not None and point is None:
+            print_stacked(graph, chosen, stacked, args.verbose)
+            continue
+        if point is not None:
+            print(f"at {point_text({s: point[s] for s in graph.symbols})} (the plan holds for every size; "
+                  f"its offsets evaluated there):")
         print(f"{graph.name}: {len(plan.names)} storages, order from {chosen}, strategy {plan.strategy}, "
               f"alignment {plan.alignment}")
         print(f"slab {format_bytes(plan.slab_bytes)} ({plan.slab_bytes} B), lower bound "
@@ -334,6 +408,32 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         print_json(records, args.file)
     return 0
+
+
+def print_stacked(graph: Graph, chosen: str, plan, verbose: bool) -> None:
+    """``plan``'s summary of a symbolic graph: its slab as an expression, its figures at each evaluation point,
+    and with ``verbose`` every buffer's offset expression."""
+    offsets, slab = plan.expressions
+    symbols = ", ".join(f"{s} in {range_text(plan.ranges[s])} (hint {graph.size_hints[s]})" for s in plan.symbols)
+    print(f"{graph.name}: {len(plan.names)} storages, order from {chosen}, stacked for every size of {symbols}, "
+          f"alignment {plan.alignment}")
+    print(f"slab = {slab}")
+    print("plan validated for every value of the symbols (sizes non-negative over their ranges; every two "
+          "buffers live together stacked one on the other), and at each point below:")
+    rows = []
+    for label, point in plan.points:
+        at = plan.at(point)
+        rows.append((label, point_text(point), format_bytes(at.slab_bytes), format_bytes(at.lower_bound),
+                     f"{at.ratio:.4f}"))
+    print(format_table(["point", "symbols", "slab", "lower bound", "slab/bound"], rows))
+    print(f"(stacking from the offset search at {plan.stacking.chosen_at}: the smallest worst ratio of the "
+          f"points' own packings)")
+    if plan.capped:
+        print(CAPPED_NOTE)
+    if verbose:
+        print(format_table(["buffer", "offset", "size", "start", "end", "on"], [
+            (plan.names[k], str(offsets[k]), plan.symbolic_sizes[k] or plan.sizes[k], plan.starts[k], plan.ends[k],
+             ", ".join(plan.names[j] for j in plan.stacking.below[k])) for k in range(len(plan.names))]))
 
 
 # ---------------------------------------------------------------------------------------------------------------

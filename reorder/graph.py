@@ -24,18 +24,26 @@ The semantics follow Inductor 2.13 (``torch/_inductor/memory.py``):
 Nodes are listed in an order that runs (the *baseline* order: Inductor's, or
 the program's); :func:`build_graph` rejects a listing that does not, and
 names the cycle if there is one.
+
+Sizes may be expressions in size symbols (a graph compiled with dynamic
+shapes). The integer arrays hold their values at the graph's point (the size
+hints, by default); :class:`SizeExprs` keeps the expressions and
+``size_ranges`` the symbols' ranges, and :meth:`Graph.at` gives the same
+graph at any other point of those ranges.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Iterable, Mapping, Sequence
 
 from .errors import CycleError, GraphError, OrderError
-from .sizes import Size, check_size_hints, resolve_size
+from .sizes import (Expr, Point, Size, SymbolRange, check_size_hints, check_size_ranges, evaluate_bytes,
+                    evaluation_points, format_size, size_expression, size_symbols)
 
-__all__ = ["BufferSpec", "InputSpec", "NodeSpec", "Graph", "Kahn", "build_graph", "implied_costs"]
+__all__ = ["BufferSpec", "InputSpec", "NodeSpec", "Graph", "Kahn", "SizeExprs", "build_graph", "implied_costs"]
 
 ALIAS_KINDS = ("mutation", "view")
 
@@ -88,6 +96,33 @@ class NodeSpec:
     unique_workspace: Size = 0
 
 
+@dataclass(frozen=True)
+class SizeExprs:
+    """The sizes of a symbolic graph as parsed expressions (an int where constant), kept so that the graph can be
+    evaluated at any point of its symbols' ranges (:meth:`Graph.at`).
+
+    Per buffer: ``size``, and ``size_alloc``/``size_free`` as given (None
+    where the buffer's kind implies them from the sizes, as
+    :func:`build_graph` does); per node: ``workspace`` and ``unique_workspace``.
+    """
+
+    size: tuple[Expr, ...]
+    size_alloc: tuple[Expr | None, ...]
+    size_free: tuple[Expr | None, ...]
+    workspace: tuple[Expr, ...]
+    unique_workspace: tuple[Expr, ...]
+
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        """Every symbol the expressions use, sorted."""
+        found: set[str] = set()
+        for column in (self.size, self.size_alloc, self.size_free, self.workspace, self.unique_workspace):
+            for tree in column:
+                if tree is not None and type(tree) is not int:
+                    found |= size_symbols(tree)
+        return tuple(sorted(found))
+
+
 @dataclass(frozen=True, eq=False)
 class Graph:
     """An immutable scheduler graph. Build it with :func:`build_graph`.
@@ -111,6 +146,11 @@ class Graph:
     Facts derived from these (``is_input``, ``alloc_size``, ``children``,
     ``members``, ``ancestors``, ``descendants``, the name indexes) are
     computed once, on first use, here and nowhere else.
+
+    A symbolic graph (``size_exprs`` not None) holds its sizes at the point
+    ``size_hints`` in the arrays above; ``size_ranges`` gives every symbol's
+    range, :meth:`at` the graph at another point of them, and
+    :meth:`evaluation_points` the points its results are checked at.
     """
 
     name: str
@@ -137,6 +177,8 @@ class Graph:
     succs: tuple[tuple[int, ...], ...]
     workspace: tuple[int, ...]
     unique_workspace: tuple[int, ...]
+    size_ranges: Mapping[str, SymbolRange] = field(default_factory=dict)
+    size_exprs: SizeExprs | None = field(repr=False, default=None)
     _index: tuple[dict, dict] = field(repr=False, default=({}, {}))
 
     @property
@@ -150,6 +192,46 @@ class Graph:
     @property
     def num_edges(self) -> int:
         return sum(len(s) for s in self.succs)
+
+    @property
+    def is_symbolic(self) -> bool:
+        """Whether some size is an expression in size symbols."""
+        return self.size_exprs is not None
+
+    @cached_property
+    def symbols(self) -> tuple[str, ...]:
+        """The size symbols the graph's sizes use, sorted (none for a graph of constant sizes)."""
+        return self.size_exprs.symbols if self.size_exprs is not None else ()
+
+    def evaluation_points(self) -> list[tuple[str, dict[str, int]]]:
+        """The labelled points of the symbols' ranges at which orders and plans of this graph are checked
+        (:func:`reorder.sizes.evaluation_points`; only ``"hint"`` for a graph of constant sizes)."""
+        if not self.symbols:
+            return [("hint", {})]
+        return evaluation_points(self.size_hints, self.size_ranges, self.symbols)
+
+    def at(self, point: Point) -> Graph:
+        """This graph with its sizes at ``point`` (symbols not named keep their hints): same nodes, buffers and
+        ids; ``size_hints`` is the new point. Raises :class:`GraphError` naming the buffer or node and field
+        whose size is not a whole number of bytes there. A graph of constant sizes is its own value."""
+        if self.size_exprs is None:
+            return self
+        values = {**self.size_hints, **point}
+        size, size_alloc, size_free, workspace, unique = _at_point(
+            self.size_exprs, values, self.buffer_names, self.node_names, self.is_input, self.freeable, self.alias_of,
+            self.parent)
+        return dataclasses.replace(self, size_hints=values, size=size, size_alloc=size_alloc, size_free=size_free,
+                                   workspace=workspace, unique_workspace=unique)
+
+    def size_text(self, b: int, field: str = "size") -> int | str:
+        """Buffer ``b``'s ``size``, ``size_alloc`` or ``size_free`` as a graph file writes it: the expression's
+        text where it has symbols, else the bytes."""
+        if field == "size" and self.symbolic_size[b] is not None:
+            return self.symbolic_size[b]
+        tree = getattr(self.size_exprs, field)[b] if self.size_exprs is not None else None
+        if tree is not None and type(tree) is not int:
+            return format_size(tree)
+        return getattr(self, field)[b]
 
     @property
     def node_index(self) -> Mapping[str, int]:
@@ -418,35 +500,74 @@ def _alias_roots(alias_of: Sequence[int | None], names: Sequence[str]) -> list[i
     return root  # type: ignore[return-value]
 
 
-def _sizes(specs, producer, alias_of, parent, hints):
-    """Storage size, symbolic text, ``size_alloc`` and ``size_free`` of every buffer."""
-    size: list[int] = []
-    symbolic: list[str | None] = []
-    for spec in specs:
-        value, text = resolve_size(spec.size, hints, f"buffer {spec.name!r} field 'size'")
-        size.append(value)
-        symbolic.append(text)
+def _optional(tree: Expr | None, point: Mapping[str, int], what: str) -> int | None:
+    return None if tree is None or type(tree) is int else evaluate_bytes(tree, point, what)
+
+
+def _costs(size: Sequence[int], size_alloc: Sequence[int | None], size_free: Sequence[int | None],
+           is_input: Sequence[bool], freeable: Sequence[bool], alias_of, parent) -> tuple[tuple[int, ...], ...]:
+    """``(size_alloc, size_free)`` of every buffer: a freeable input allocates and frees its size, a
+    non-freeable one nothing; a computed buffer what its kind implies (:func:`implied_costs`) unless given."""
     implied = implied_costs(size, alias_of, parent)
-    size_alloc, size_free, freeable = [], [], []
+    alloc, free = [], []
+    for b, z in enumerate(size):
+        if is_input[b]:
+            cost = z if freeable[b] else 0
+            alloc.append(cost)
+            free.append(cost)
+            continue
+        alloc.append(implied[b][0] if size_alloc[b] is None else size_alloc[b])
+        free.append(implied[b][1] if size_free[b] is None else size_free[b])
+    return tuple(alloc), tuple(free)
+
+
+def _sizes(specs, nodes, producer, alias_of, parent, hints):
+    """Every size as an expression and at the hints: ``(SizeExprs or None, size, symbolic text, size_alloc,
+    size_free, freeable, workspace, unique_workspace)``."""
+    size_tree, alloc_tree, free_tree, symbolic, freeable = [], [], [], [], []
     for b, spec in enumerate(specs):
         what = f"buffer {spec.name!r} field"
+        tree = size_expression(spec.size, f"{what} 'size'")
+        size_tree.append(tree)
+        symbolic.append(None if type(tree) is int else (spec.size.strip() if isinstance(spec.size, str)
+                                                         else str(spec.size)))
         if producer[b] is None:
             if not isinstance(spec.freeable, bool):
                 raise GraphError(f"input {spec.name!r} field 'freeable' must be true or false, got {spec.freeable!r}")
-            cost = size[b] if spec.freeable else 0
-            size_alloc.append(cost)
-            size_free.append(cost)
             freeable.append(spec.freeable)
+            alloc_tree.append(None)
+            free_tree.append(None)
             continue
-        alloc, free = implied[b]
-        if spec.size_alloc is not None:
-            alloc = resolve_size(spec.size_alloc, hints, f"{what} 'size_alloc'")[0]
-        if spec.size_free is not None:
-            free = resolve_size(spec.size_free, hints, f"{what} 'size_free'")[0]
-        size_alloc.append(alloc)
-        size_free.append(free)
         freeable.append(False)
-    return size, symbolic, size_alloc, size_free, freeable
+        alloc_tree.append(None if spec.size_alloc is None else size_expression(spec.size_alloc, f"{what} 'size_alloc'"))
+        free_tree.append(None if spec.size_free is None else size_expression(spec.size_free, f"{what} 'size_free'"))
+    workspace = [size_expression(nd.workspace, f"node {nd.name!r} field 'workspace'") for nd in nodes]
+    unique = [size_expression(nd.unique_workspace, f"node {nd.name!r} field 'unique_workspace'") for nd in nodes]
+    exprs = SizeExprs(tuple(size_tree), tuple(alloc_tree), tuple(free_tree), tuple(workspace), tuple(unique))
+    if not exprs.symbols:
+        exprs = None
+    if exprs is None:  # every size a constant: the trees are the bytes
+        size_alloc, size_free = _costs(size_tree, alloc_tree, free_tree, [p is None for p in producer], freeable,
+                                       alias_of, parent)
+        return None, size_tree, symbolic, size_alloc, size_free, freeable, workspace, unique
+    graph_at_hints = _at_point(exprs, hints, [spec.name for spec in specs], [nd.name for nd in nodes],
+                               [p is None for p in producer], freeable, alias_of, parent)
+    return (exprs, graph_at_hints[0], symbolic, *graph_at_hints[1:3], freeable, *graph_at_hints[3:])
+
+
+def _at_point(e: SizeExprs, point: Mapping[str, int], names, node_names, is_input, freeable, alias_of, parent):
+    """``(size, size_alloc, size_free, workspace, unique_workspace)`` of a symbolic graph at ``point``, each
+    size checked (a :class:`GraphError` names the buffer or node and the field)."""
+    size = tuple(t if type(t) is int else evaluate_bytes(t, point, f"buffer {names[b]!r} field 'size'")
+                 for b, t in enumerate(e.size))
+    alloc = [_optional(t, point, f"buffer {names[b]!r} field 'size_alloc'") for b, t in enumerate(e.size_alloc)]
+    free = [_optional(t, point, f"buffer {names[b]!r} field 'size_free'") for b, t in enumerate(e.size_free)]
+    size_alloc, size_free = _costs(size, alloc, free, is_input, freeable, alias_of, parent)
+    workspace = tuple(evaluate_bytes(t, point, f"node {node_names[v]!r} field 'workspace'")
+                      for v, t in enumerate(e.workspace))
+    unique = tuple(evaluate_bytes(t, point, f"node {node_names[v]!r} field 'unique_workspace'")
+                   for v, t in enumerate(e.unique_workspace))
+    return size, size_alloc, size_free, workspace, unique
 
 
 def _node_reads(nodes, node_index, buffer_index, names, producer, root, is_input):
@@ -524,6 +645,7 @@ def build_graph(
     *,
     name: str = "graph",
     size_hints: Mapping[str, int] | None = None,
+    size_ranges: Mapping[str, Sequence] | None = None,
 ) -> Graph:
     """Validate specs and build the :class:`Graph`; linear in nodes + edges.
 
@@ -533,7 +655,9 @@ def build_graph(
     inputs: graph inputs.
     outputs: names of graph-output buffers (never freed).
     name: a label for reports.
-    size_hints: values for the symbols in symbolic sizes.
+    size_hints: values for the symbols in symbolic sizes (the point the graph's integer sizes are at).
+    size_ranges: each symbol's ``(lower, upper)`` range, inclusive, upper None for unbounded (default: from
+        :data:`~reorder.sizes.DEFAULT_LOWER` up); the hint must lie inside it.
 
     Raises
     ------
@@ -545,6 +669,7 @@ def build_graph(
         The dependencies form a cycle; the message prints it.
     """
     hints = check_size_hints(size_hints)
+    ranges = check_size_ranges(size_ranges, hints)
     nodes = list(nodes)
     node_index = _index_nodes(nodes)
     node_names = tuple(node_index)
@@ -553,7 +678,8 @@ def build_graph(
     is_input = [p is None for p in producer]
     alias_of, alias_kind, parent = _links(specs, buffer_index)
     root = _alias_roots(alias_of, names)
-    size, symbolic, size_alloc, size_free, freeable = _sizes(specs, producer, alias_of, parent, hints)
+    exprs, size, symbolic, size_alloc, size_free, freeable, workspace, unique_workspace = _sizes(
+        specs, nodes, producer, alias_of, parent, hints)
     declared, reads, after = _node_reads(nodes, node_index, buffer_index, names, producer, root, is_input)
     _check_links(names, node_names, producer, alias_of, parent, root, reads)
     readers, outputs_of, preds, succs = _adjacency(len(nodes), producer, reads, after)
@@ -583,10 +709,10 @@ def build_graph(
         after=tuple(after),
         preds=tuple(preds),
         succs=tuple(succs),
-        workspace=tuple(resolve_size(nd.workspace, hints, f"node {nd.name!r} field 'workspace'")[0] for nd in nodes),
-        unique_workspace=tuple(
-            resolve_size(nd.unique_workspace, hints, f"node {nd.name!r} field 'unique_workspace'")[0] for nd in nodes
-        ),
+        workspace=tuple(workspace),
+        unique_workspace=tuple(unique_workspace),
+        size_ranges={k: ranges[k] for k in exprs.symbols} if exprs is not None else {},
+        size_exprs=exprs,
         _index=(node_index, buffer_index),
     )
     _check_listed_order(graph)

@@ -22,6 +22,7 @@ from typing import Any, Iterator, NamedTuple
 
 from .errors import GraphError
 from .graph import BufferSpec, Graph, InputSpec, NodeSpec, build_graph, implied_costs
+from .sizes import format_size
 
 __all__ = [
     "load_graph",
@@ -136,11 +137,13 @@ class _Parts(NamedTuple):
     inputs: list[InputSpec]
     outputs: list[str]
     size_hints: dict | None
+    size_ranges: dict | None = None
 
 
 def _build(parts: _Parts) -> Graph:
     with _prefixed(parts.name):
-        return build_graph(parts.nodes, parts.inputs, parts.outputs, name=parts.name, size_hints=parts.size_hints)
+        return build_graph(parts.nodes, parts.inputs, parts.outputs, name=parts.name, size_hints=parts.size_hints,
+                           size_ranges=parts.size_ranges)
 
 
 class _SimBuffer(NamedTuple):
@@ -299,8 +302,24 @@ def graph_to_simulator(graph: Graph) -> dict:
     return {"nodes": nodes, "buffers": buffers}
 
 
-def _size_field(graph: Graph, b: int) -> int | str:
-    return graph.symbolic_size[b] if graph.symbolic_size[b] is not None else graph.size[b]
+def _symbolic_override(graph: Graph, b: int) -> bool:
+    """Whether buffer ``b``'s costs were given as expressions other than the ones its kind implies (a plain
+    buffer allocates and frees its size, a child frees it, an alias costs nothing): those a file must say."""
+    if graph.size_exprs is None:
+        return False
+    size = graph.size_exprs.size[b]
+    given = (graph.size_exprs.size_alloc[b], graph.size_exprs.size_free[b])
+    if given == (None, None):
+        return False
+    if graph.alias_of[b] is not None:
+        implied = (0, 0)
+    elif graph.parent[b] is not None:
+        implied = (0, size)
+    elif graph.children[b]:
+        return True  # a sum of the children's sizes, written as the file gave it
+    else:
+        implied = (size, size)
+    return any(g is not None and g != i for g, i in zip(given, implied, strict=True))
 
 
 def graph_to_dict(graph: Graph) -> dict:
@@ -310,7 +329,7 @@ def graph_to_dict(graph: Graph) -> dict:
     inputs = []
     for b in range(graph.num_buffers):
         if graph.is_input[b]:
-            entry: dict[str, Any] = {"name": names[b], "size": _size_field(graph, b)}
+            entry: dict[str, Any] = {"name": names[b], "size": graph.size_text(b)}
             if not graph.freeable[b]:
                 entry["freeable"] = False
             inputs.append(entry)
@@ -318,33 +337,37 @@ def graph_to_dict(graph: Graph) -> dict:
     for v in range(graph.num_nodes):
         outs = []
         for b in graph.outputs[v]:
-            entry = {"name": names[b], "size": _size_field(graph, b)}
+            entry = {"name": names[b], "size": graph.size_text(b)}
             if graph.alias_of[b] is not None:
                 entry["alias_of"] = names[graph.alias_of[b]]
                 entry["alias_kind"] = graph.alias_kind[b]
             if graph.parent[b] is not None:
                 entry["parent"] = names[graph.parent[b]]
-            if (graph.size_alloc[b], graph.size_free[b]) != implied[b]:
-                entry["size_alloc"] = graph.size_alloc[b]
-                entry["size_free"] = graph.size_free[b]
+            if (graph.size_alloc[b], graph.size_free[b]) != implied[b] or _symbolic_override(graph, b):
+                entry["size_alloc"] = graph.size_text(b, "size_alloc")
+                entry["size_free"] = graph.size_text(b, "size_free")
             outs.append(entry)
         node: dict[str, Any] = {"name": graph.node_names[v], "outputs": outs,
                                 "reads": [names[b] for b in graph.declared_reads[v]]}
         if graph.after[v]:
             node["after"] = [graph.node_names[a] for a in graph.after[v]]
-        if graph.workspace[v]:
-            node["workspace"] = graph.workspace[v]
-        if graph.unique_workspace[v]:
-            node["unique_workspace"] = graph.unique_workspace[v]
+        for key in ("workspace", "unique_workspace"):
+            tree = getattr(graph.size_exprs, key)[v] if graph.size_exprs is not None else None
+            if tree is not None and type(tree) is not int:
+                node[key] = format_size(tree)
+            elif getattr(graph, key)[v]:
+                node[key] = getattr(graph, key)[v]
         nodes.append(node)
     data: dict[str, Any] = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "name": graph.name}
     if graph.size_hints:
         data["size_hints"] = dict(graph.size_hints)
+    if graph.size_ranges:
+        data["size_ranges"] = {k: list(r) for k, r in graph.size_ranges.items()}
     data.update(inputs=inputs, nodes=nodes, outputs=[names[b] for b in range(graph.num_buffers) if graph.is_output[b]])
     return data
 
 
-TOP_FIELDS = frozenset({"format", "version", "name", "size_hints", "inputs", "nodes", "outputs"})
+TOP_FIELDS = frozenset({"format", "version", "name", "size_hints", "size_ranges", "inputs", "nodes", "outputs"})
 INPUT_FIELDS = frozenset({"name", "size", "freeable"})
 NODE_FIELDS = frozenset({"name", "outputs", "reads", "after", "workspace", "unique_workspace"})
 OUTPUT_FIELDS = frozenset({"name", "size", "alias_of", "alias_kind", "parent", "size_alloc", "size_free"})
@@ -385,7 +408,7 @@ def _own_format_parts(data: dict) -> _Parts:
             ))
         nodes.append(NodeSpec(nname, outputs=outs, reads=f.names("reads", []), after=f.names("after", []),
                               workspace=f.size("workspace", 0), unique_workspace=f.size("unique_workspace", 0)))
-    return _Parts(name, nodes, inputs, top.names("outputs", []), top.mapping("size_hints"))
+    return _Parts(name, nodes, inputs, top.names("outputs", []), top.mapping("size_hints"), top.mapping("size_ranges"))
 
 
 def load_graph(path: str | Path, name: str | None = None) -> Graph:

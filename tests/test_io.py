@@ -55,7 +55,9 @@ def test_own_format_keeps_symbolic_sizes_hints_edges_and_name(tmp_path):
     graph = graph_from_dict(data)
     assert graph.name == "dyn" and graph.size[graph.buffer_index["y"]] == 512 and graph.after[1] == (0,)
     save_graph(graph, tmp_path / "g.json")
-    assert json.loads((tmp_path / "g.json").read_text()) == {**data, "nodes": [data["nodes"][0], {**data["nodes"][1], "reads": []}]}
+    # the range nobody gave is written as the default the graph assumed: from 1 up
+    assert json.loads((tmp_path / "g.json").read_text()) == {**data, "size_ranges": {"s0": [1, None]},
+                                                             "nodes": [data["nodes"][0], {**data["nodes"][1], "reads": []}]}
 
 
 def test_simulator_export_loses_only_what_it_cannot_say():

@@ -1,6 +1,7 @@
 """Sessions of the Inductor hook: options as one value, typed records, summaries that do not overclaim."""
 
 import copy
+import dataclasses
 import pickle
 import re
 import threading
@@ -177,8 +178,8 @@ def test_every_method_a_record_can_name_is_documented():
     docs = DOCS.read_text()
     for method in methods:
         assert f"`{method}`" in docs, method
-    assert "`tangents_freed_<m>`" in docs and "`inductor_<m>`" in docs
-    for method in ("tangents_freed_<m>", "inductor_<m>", *methods):
+    assert "`tangents_freed_<m>`" in docs and "`inductor_<m>`" in docs and "`<m>@<point>`" in docs
+    for method in ("tangents_freed_<m>", "inductor_<m>", "<m>@<point>", *methods):
         assert f"``{method}``" in OrderRecord.__doc__, method
 
 
@@ -203,6 +204,24 @@ def test_a_lower_estimate_is_shown_as_an_estimate_next_to_what_the_graph_holds_a
     assert "Inductor (est.)" in summary and "ours (est.)" in summary and "change (est.)" in summary
     assert "not measured memory" in summary and "reorder.measure" in summary
     assert "highest estimate among these graphs: Inductor 10.65 MiB, ours 10.51 MiB" in summary
+
+
+def test_a_symbolic_graph_says_at_how_many_points_its_order_and_pools_were_checked():
+    session = Session(HookOptions(slab=True))
+    at = {"hint": {"point": {"s0": 8}, "peak": 900, "inductor": 1000},
+          "high": {"point": {"s0": 64}, "peak": 8000, "inductor": 8000}}
+    session.add(dataclasses.replace(order_record("model__0_forward_1", 1000, 900, 500), peaks_at=at))
+    session.add(SlabRecord("model__0_forward_1", (512, 1024), 3, 0, 1536, 1024, 1.0, 900, 1000, stacked=2,
+                           peaks_at={"hint": {"point": {"s0": 8}, "estimated_peak": 900, "stock_estimated_peak": 1000,
+                                              "worst_ratio": 1.0},
+                                     "high": {"point": {"s0": 64}, "estimated_peak": 8000,
+                                              "stock_estimated_peak": 8000, "worst_ratio": 1.25}}))
+    summary = session.summary()
+    assert ("model__0_forward_1: sizes are symbolic; its order was checked at 2 points of the symbols' ranges "
+            "(hint, high) and is never above Inductor's own there (change (est.) from -10.00% to +0.00%") in summary
+    assert ("2 of 2 pools have offsets that are expressions in the size symbols, valid for every size; the slab "
+            "replay is at or below stock's at each of the 2 points (largest pool over its live-bytes bound there: "
+            "1.250)") in summary
 
 
 def test_the_summary_says_why_the_slab_replay_differs_from_the_order_estimate():

@@ -207,20 +207,72 @@ def test_compiled_code_runs_in_our_pools_with_stock_results_and_allocations(name
     assert pooled_run.peak <= stock_run.peak  # the real allocated peak, not only the replay
 
 
+def resized(name: str, x: torch.Tensor, factor: int) -> torch.Tensor:
+    """``x`` with its sequence (transformer block) or batch (CNN) ``factor`` times as long, seeded."""
+    shape = list(x.shape)
+    shape[1 if name == "transformer" else 0] *= factor
+    return torch.randn(shape, generator=torch.Generator().manual_seed(factor))
+
+
 @pytest.mark.slow
-def test_symbolic_sizes_fall_back_to_inductors_allocation_with_a_warning(fresh_compiles, caplog):
-    model, x = tiny("transformer")
-    model.eval()
-    with torch.no_grad():
-        expected = torch.compile(model, dynamic=True)(x)
+@pytest.mark.parametrize("name", ["residual", "transformer"])
+def test_compiled_once_with_dynamic_shapes_the_pools_hold_at_every_size(name, fresh_compiles):
+    """One compile with ``dynamic=True``, three sizes: pools whose offsets are expressions in the size symbols,
+    poison mode checking every claim, outputs and gradients bitwise equal to stock's at each size, real peaks at
+    or below stock's, and no more compiles than stock."""
+    from torch._dynamo.utils import counters
+    from torch._inductor.utils import run_and_get_code
+
+    model, x = tiny(name)
+    sizes = (1, 3, 6)
+    before = counters["stats"]["unique_graphs"]
+    stock = torch.compile(model, dynamic=True)
+    expected = {k: step(model, stock, resized(name, x, k), True) for k in sizes}
+    stock_peaks = {k: measured(model, stock, resized(name, x, k), True).peak for k in sizes}
+    stock_compiles = counters["stats"]["unique_graphs"] - before
     torch._dynamo.reset()
-    with caplog.at_level(logging.WARNING, logger="reorder"), hook.use(slab=True) as session, torch.no_grad():
-        got = torch.compile(model, dynamic=True)(x)
+    before = counters["stats"]["unique_graphs"]
+    with hook.use(slab=True, poison=True) as session:
+        pooled = torch.compile(model, dynamic=True)
+        got = {}
+        got[1], code = run_and_get_code(lambda: step(model, pooled, resized(name, x, 1), True))
+        for k in sizes[1:]:
+            got[k] = step(model, pooled, resized(name, x, k), True)
+        peaks = {k: measured(model, pooled, resized(name, x, k), True).peak for k in sizes}
+    assert counters["stats"]["unique_graphs"] - before <= stock_compiles  # compiled once, as stock
+    for k in sizes:
+        for a, b in zip(got[k], expected[k], strict=True):
+            assert torch.equal(a, b), k  # bitwise; the poison never reached a live buffer
+        assert peaks[k] <= stock_peaks[k], k
+    assert session.fallbacks == [] and len(session.slabs) == 2
+    assert sum(r.stacked for r in session.slabs) > 0  # offsets that are expressions in the size symbols
+    for record in session.slabs:  # the replay at or below stock's at every evaluation point
+        assert record.peaks_at and all(at["estimated_peak"] <= at["stock_estimated_peak"]
+                                       for at in record.peaks_at.values())
+    assert re.search(r"^\s*pool\d+ = empty_strided_cpu\(\(\S*s\d+", "\n".join(code), re.M)  # a symbolic pool
+    assert sum(c.count("slab_claim(pool") for c in code) >= sum(r.pooled for r in session.slabs)
+
+
+@pytest.mark.slow
+def test_an_unbacked_size_keeps_inductors_allocation_with_a_warning_naming_the_symbol(fresh_compiles, caplog,
+                                                                                      monkeypatch):
+    monkeypatch.setattr(torch._dynamo.config, "capture_dynamic_output_shape_ops", True)
+
+    def program(x):
+        kept = x[x > 0]  # a data-dependent size: an unbacked symbol
+        return (kept * 2).exp().sum() + (x * 3).sin().sum()
+
+    x = torch.randn(64, generator=torch.Generator().manual_seed(0))
+    expected = torch.compile(program)(x)
+    torch._dynamo.reset()
+    with caplog.at_level(logging.WARNING, logger="reorder"), hook.use(slab=True) as session:
+        got = torch.compile(program)(x)
     assert torch.equal(got, expected)
     assert session.slabs == []
     [fallback] = session.fallbacks
-    assert fallback.stage == "slab" and "symbolic size" in fallback.reason
-    assert any(fallback.graph in r.getMessage() and "symbolic size" in r.getMessage() for r in caplog.records)
+    assert fallback.stage == "slab" and "unbacked, data-dependent" in fallback.reason
+    assert any(fallback.graph in r.getMessage() and "u0 has no hint" in r.getMessage() for r in caplog.records)
+    assert "planned at the size hints only" in session.graphs[0].notes["sizes"]
 
 
 @pytest.mark.slow

@@ -21,10 +21,8 @@ rows, one plot per model in docs/img/real/) is rebuilt from the cache.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from pathlib import Path
 
 from .models import MODELS, SIZES
 from .report import GRAPHS, RESULTS, write_report
@@ -73,22 +71,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    {time.perf_counter() - t0:.0f}s  {len(graphs)} graphs in {directory}", file=sys.stderr,
                       flush=True)
     elif not args.report_only:
+        from .rows import run_rows
         from .run import run_case
 
-        cases = [(m, mode) for m in models for mode in args.modes.split(",")]
-        for k, (model, mode) in enumerate(cases, 1):
-            path = folder / f"{model}_{mode}.json"
-            if path.exists() and not args.again:
-                continue
-            t0 = time.perf_counter()
-            print(f"[{k}/{len(cases)}] {model} {mode} ...", file=sys.stderr, flush=True)
-            row = run_case(model, args.size, mode, variants, capture_dir=GRAPHS.parent / args.size / f"{model}_{mode}")
-            row["seconds"] = time.perf_counter() - t0
-            if args.variants and path.exists():
-                row = _merged(json.loads(path.read_text()), row)
-            path.write_text(json.dumps(row) + "\n")
-            peaks = {v: r["real_peak"] for v, r in row["variants"].items()}
-            print(f"    {row['seconds']:.0f}s  real peaks {peaks}", file=sys.stderr, flush=True)
+        run_rows([(m, mode) for m in models for mode in args.modes.split(",")], folder,
+                 lambda model, mode: run_case(model, args.size, mode, variants,
+                                              capture_dir=GRAPHS.parent / args.size / f"{model}_{mode}"),
+                 args.again, _merged if args.variants else None,
+                 lambda row: f"real peaks {({v: r['real_peak'] for v, r in row['variants'].items()})}")
     if args.size == "bench":
         write_report(folder)
     return 0

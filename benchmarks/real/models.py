@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["MODELS", "SIZES", "Spec", "build", "parameter_bytes"]
+__all__ = ["MODELS", "SIZES", "Spec", "build", "build_model", "make_inputs", "parameter_bytes"]
 
 SIZES = ("bench", "full")
 BATCH = 8
@@ -91,9 +91,10 @@ def _transformers():
     return transformers
 
 
-def _config(spec: Spec, size: str):
+def _config(spec: Spec, size: str, overrides: dict | None = None):
     transformers = _transformers()
-    config = getattr(transformers, spec.config_class)(**(spec.bench if size == "bench" else spec.full))
+    config = getattr(transformers, spec.config_class)(**{**(spec.bench if size == "bench" else spec.full),
+                                                         **(overrides or {})})
     for key, value in config.to_dict().items():
         if ("drop" in key and isinstance(value, float)) or key == "drop_path_rate":
             setattr(config, key, 0.0)  # deterministic: compiled and eager draw no random masks
@@ -102,37 +103,47 @@ def _config(spec: Spec, size: str):
     return config
 
 
-def _inputs(spec: Spec, config, size: str, mode: str) -> dict[str, torch.Tensor]:
+def make_inputs(name: str, config, size: str, mode: str, batch: int = BATCH, sequence: int = SEQUENCE
+                ) -> dict[str, torch.Tensor]:
+    """Seeded inputs of ``MODELS[name]`` for a batch of ``batch`` (and, for text, ``sequence`` tokens)."""
+    spec = MODELS[name]
     generator = torch.Generator().manual_seed(1)
     train = mode == "train"
     if spec.inputs == "image":
         side = IMAGE[size]
-        inputs = {"pixel_values": torch.randn(BATCH, config.num_channels, side, side, generator=generator)}
+        inputs = {"pixel_values": torch.randn(batch, config.num_channels, side, side, generator=generator)}
         if train:
-            inputs["labels"] = torch.randint(config.num_labels, (BATCH,), generator=generator)
+            inputs["labels"] = torch.randint(config.num_labels, (batch,), generator=generator)
         return inputs
-    tokens = torch.randint(config.vocab_size, (BATCH, SEQUENCE), generator=generator)
-    inputs = {"input_ids": tokens, "attention_mask": torch.ones(BATCH, SEQUENCE, dtype=torch.long)}
+    tokens = torch.randint(config.vocab_size, (batch, sequence), generator=generator)
+    inputs = {"input_ids": tokens, "attention_mask": torch.ones(batch, sequence, dtype=torch.long)}
     if spec.inputs == "seq2seq":
-        inputs["decoder_input_ids"] = torch.randint(config.vocab_size, (BATCH, SEQUENCE), generator=generator)
+        inputs["decoder_input_ids"] = torch.randint(config.vocab_size, (batch, sequence), generator=generator)
         if train:
-            inputs["labels"] = torch.randint(config.vocab_size, (BATCH, SEQUENCE), generator=generator)
+            inputs["labels"] = torch.randint(config.vocab_size, (batch, sequence), generator=generator)
     elif train and spec.inputs == "qa":
-        inputs["start_positions"] = torch.randint(SEQUENCE, (BATCH,), generator=generator)
-        inputs["end_positions"] = torch.randint(SEQUENCE, (BATCH,), generator=generator)
+        inputs["start_positions"] = torch.randint(sequence, (batch,), generator=generator)
+        inputs["end_positions"] = torch.randint(sequence, (batch,), generator=generator)
     elif train:
         inputs["labels"] = tokens
     return inputs
 
 
-def build(name: str, size: str, mode: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
-    """``MODELS[name]`` at ``size``, in train or eval mode, with seeded random weights, and its inputs."""
+def build_model(name: str, size: str, mode: str, overrides: dict | None = None):
+    """``MODELS[name]`` at ``size`` (config fields replaced by ``overrides``), in train or eval mode, with seeded
+    random weights; and its config."""
     spec = MODELS[name]
-    config = _config(spec, size)
+    config = _config(spec, size, overrides)
     torch.manual_seed(0)
     model = getattr(_transformers(), spec.model_class)(config)
     model.train(mode == "train")
-    return model, _inputs(spec, config, size, mode)
+    return model, config
+
+
+def build(name: str, size: str, mode: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """``MODELS[name]`` at ``size``, in train or eval mode, with seeded random weights, and its inputs."""
+    model, config = build_model(name, size, mode)
+    return model, make_inputs(name, config, size, mode)
 
 
 def parameter_bytes(model: torch.nn.Module) -> int:

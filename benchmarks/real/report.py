@@ -522,7 +522,10 @@ def write_report(folder: Path) -> None:
                          f"graph estimate {_mb(s.inductor_best_estimate)} MB.")
             lines += [f"- {p}" for p in parts]
             lines.append("")
+    from .dynamic import dynamic_section  # it runs steps with run.py's helpers, which read this module
+
     lines += full_depth_section(folder.parent / "full")
+    lines += dynamic_section()
     lines += ["## Pictures", ""]
     for row in rows:
         if row["mode"] == "train":

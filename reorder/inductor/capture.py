@@ -2,7 +2,10 @@
 
 The files (``<graph>.json`` and ``inductor-figures.json``, in the layout of
 the bundled ``torch-2.13-figures.json``) are what ``reorder optimize`` and
-the benchmark suite read offline.
+the benchmark suite read offline. A graph whose sizes have size symbols
+(compiled with dynamic shapes) is written in the library's own format
+instead, which keeps the expressions, the hints and the symbols' ranges
+(torch's format has no place for them); Inductor's figures are at the hints.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import json
 from pathlib import Path
 
 from ..graph import Graph
-from ..io import graph_to_simulator
+from ..io import graph_to_dict, graph_to_simulator
 from .figures import INDUCTOR_METHODS
 
 __all__ = ["write_capture"]
@@ -22,7 +25,8 @@ def write_capture(folder: Path, name: str, graph: Graph, figures: dict | None) -
     folder.mkdir(parents=True, exist_ok=True)
     stem = name.replace("/", "_")
     path = folder / f"{stem}.json"
-    path.write_text(json.dumps(graph_to_simulator(graph), indent=1) + "\n")
+    data = graph_to_dict(graph) if graph.symbols else graph_to_simulator(graph)
+    path.write_text(json.dumps(data, indent=1) + "\n")
     if figures is None:
         return path
     index = folder / "inductor-figures.json"

@@ -30,6 +30,7 @@ from typing import Sequence
 
 from ..graph import Graph
 from ..schedulers import ReorderResult, reorder_for_peak_memory
+from ..schedulers.across_sizes import inductor_reference, peaks_at_points
 from ..timeline import estimate_peak_memory
 from .adapter import freed_tangents, fx_graph_cache_hits, graph_being_compiled, graph_from_scheduler
 from .capture import write_capture
@@ -161,6 +162,10 @@ class ReorderPass(_custom_scheduler_pass_base()):
             real_graph, _ = graph_from_scheduler(nodes, name, free_tangents=True)
             choice = choose_freeing_tangents(graph, real_graph, result, options.methods, options.max_seconds)
         captured = write_capture(options.capture_dir, name, graph, figures) if options.capture_dir else None
+        order = choice.order if choice else result.order
+        notes = dict(choice.notes if choice else result.notes)
+        if state.not_symbolic:
+            notes["sizes"] = f"planned at the size hints only: {state.not_symbolic}"
         record = OrderRecord(
             graph=name,
             nodes=graph.num_nodes,
@@ -172,14 +177,26 @@ class ReorderPass(_custom_scheduler_pass_base()):
             seconds=convert_seconds + sum(result.seconds.values()),
             estimate_of_incoming_order=incoming.peak,
             held_at_end=incoming.live[-1],
-            notes=choice.notes if choice else result.notes,
+            notes=notes,
             peak_tangents_freed=choice.peak_tangents_freed if choice else None,
             peak_tangents_freed_of_stock_order=choice.peak_tangents_freed_of_stock_order if choice else None,
             inductor=figures["peak"] if figures else None,
             inductor_seconds={m: figures["seconds"][m] for m in INDUCTOR_METHODS} if figures else None,
             captured=str(captured) if captured else None,
+            peaks_at=sizes_record(graph, result, order),
         )
-        return record, choice.order if choice else result.order
+        return record, order
+
+
+def sizes_record(graph: Graph, result: ReorderResult, order: Sequence[int]) -> dict[str, dict] | None:
+    """For a graph with size symbols: at each evaluation point, its symbol values, the estimated peak of the
+    order kept (``peak``) and of Inductor's own (``inductor``); None for a graph of constant sizes."""
+    if not result.points:
+        return None
+    table = peaks_at_points(graph, {"ours": order, "inductor": result.orders[result.reference]},
+                            list(result.points.items()))
+    return {label: {"point": point, "peak": table[label]["ours"], "inductor": table[label]["inductor"]}
+            for label, point in result.points.items()}
 
 
 def _pass_without_session(options: HookOptions, previous, inductor_fallback: bool) -> ReorderPass:
@@ -216,7 +233,9 @@ def choose_freeing_tangents(graph: Graph, real_graph: Graph, result: ReorderResu
     every order found so far, and the order kept is the lowest such peak among
     those whose estimate in Inductor's model is no higher than stock's choice
     (the first lowest of the incoming order and Inductor's three methods):
-    never worse than stock in either model.
+    never worse than stock in either model. On a graph with size symbols,
+    "no higher" holds at every evaluation point of ``result.points``, as the
+    best-of driver asks of its own choice.
 
     The kept order may be above the lowest estimate ``result`` found (which
     its notes may call optimal). Then it is not optimal, and the notes say so:
@@ -224,19 +243,22 @@ def choose_freeing_tangents(graph: Graph, real_graph: Graph, result: ReorderResu
     order it speaks of.
     """
     real_result = reorder_for_peak_memory(real_graph, methods, candidates=result.orders, max_seconds=max_seconds)
-    stock = min(("baseline", *INDUCTOR_METHODS), key=lambda m: result.peaks.get(m, float("inf")))
+    stock = inductor_reference(result.peaks)
     options = {**{f"tangents_freed_{m}": o for m, o in real_result.orders.items()}, **result.orders}
+    points = list(result.points.items()) or [("hint", {})]
+    table = peaks_at_points(graph, options, points)
     scored = []
     for method, candidate in options.items():
-        peak = estimate_peak_memory(graph, candidate).peak
-        if peak <= result.peaks[stock]:
-            scored.append((estimate_peak_memory(real_graph, candidate).peak, peak, method, candidate))
+        if all(peaks[method] <= peaks[stock] for peaks in table.values()):
+            scored.append((estimate_peak_memory(real_graph, candidate).peak, table[points[0][0]][method], method,
+                           candidate))
     real_peak, peak, method, order = min(scored, key=lambda s: s[:2])
     stock_real_peak = estimate_peak_memory(real_graph, result.orders[stock]).peak
     notes = dict(result.notes)
     if peak > result.peak:
         lowest = f"the order of lowest estimate ({result.method}, {result.peak:,} B)"
-        notes = {key: f"about {lowest}: {note}" if key in result.peaks else note for key, note in notes.items()}
+        notes = {key: f"about {lowest}: {note}" if key in result.peaks and not note.startswith("about ") else note
+                 for key, note in notes.items()}
         notes["tangents_freed"] = (f"kept {method} for a real step: {real_peak:,} B with the tangents freed against "
                                    f"{stock_real_peak:,} B for stock's order; its estimate, {peak:,} B, is "
                                    f"{peak - result.peak:,} B above {lowest}, so it is not optimal")

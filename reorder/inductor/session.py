@@ -177,7 +177,11 @@ class OrderRecord(_Record):
       Inductor's own method ``m`` run on the real nodes, kept only when strictly lower than ours;
     * ``tangents_freed_<m>``, with ``<m>`` any of the above: in a backward graph, the order method
       ``m`` found once the tangents count as freed, as a real step frees them (see
-      :class:`~reorder.inductor.reorder_pass.ReorderPass`).
+      :class:`~reorder.inductor.reorder_pass.ReorderPass`);
+    * ``<m>@<point>`` (``refine@high``, say): in a graph whose sizes are expressions in size symbols,
+      method ``m`` run at another evaluation point of the symbols' ranges than the hint (``lower``,
+      ``x2``, ``x4``, ``high``, ``s0 high``, ...), kept when it is the lowest at the hint among the
+      orders never above Inductor's own at any point (:mod:`reorder.schedulers.across_sizes`).
 
     ``methods``: every method's estimated peak; ``lower_bound``: the highest
     proven bound on the minimum; ``optimal``: whether ``peak`` itself is
@@ -193,6 +197,13 @@ class OrderRecord(_Record):
     part of the estimate no order can lower, and what the step holds next to
     the following graph (None in records written before it was kept).
     ``inductor`` (with ``compare``): Inductor's own peaks by method.
+    ``peaks_at`` (a graph compiled with dynamic shapes, whose sizes are
+    expressions in size symbols): at each evaluation point of the symbols'
+    ranges (the hint first, then the lower bounds and points well above the
+    hint), ``{"point": {symbol: value}, "peak": ours, "inductor": Inductor's
+    own order}``; the order is never above Inductor's at any of them (see
+    :mod:`reorder.schedulers.across_sizes`). ``notes["sizes"]`` says why a
+    graph with symbols was ordered at its hints only.
 
     These are per-graph estimates: a lower ``peak`` lowers a step's real peak
     only where this graph's peak is the step's; :func:`reorder.measure.measure`
@@ -215,6 +226,7 @@ class OrderRecord(_Record):
     inductor: dict[str, int] | None = None
     inductor_seconds: dict[str, float] | None = None
     captured: str | None = None
+    peaks_at: dict[str, dict] | None = None
 
     kind = "order"
 
@@ -249,6 +261,15 @@ class SlabRecord(_Record):
     ``capped``: a pool's offset search stopped on its wall-clock safety cap
     before its count of restarts was done (its offsets then depend on the
     machine; a WARNING says so).
+
+    Under dynamic shapes the figures above are at the size hints;
+    ``stacked`` counts the pools whose offsets and size are expressions in
+    the size symbols (valid for every value, evaluated by the generated code
+    when it allocates the pool), and ``peaks_at`` gives, at each evaluation
+    point of the symbols' ranges, ``{"point", "estimated_peak",
+    "stock_estimated_peak", "worst_ratio"}`` (the replay is never above
+    stock's at any of them; ``worst_ratio`` is the largest pool's slab over
+    its own live-bytes bound there).
     """
 
     graph: str
@@ -261,6 +282,8 @@ class SlabRecord(_Record):
     estimated_peak: int
     stock_estimated_peak: int
     capped: bool = False
+    stacked: int = 0
+    peaks_at: dict[str, dict] | None = None
 
     kind = "slab"
 
@@ -498,6 +521,20 @@ class Session:
                          "than the scheduler's estimate in 'ours (est.)' (in-place reuse allocates nothing, "
                          "steps are batches of the wrapper's lines), so the two differ for the same order: compare "
                          "the slab's replay with stock's replay.")
+        for r in graphs:
+            if r.peaks_at:
+                changes = [at["peak"] / max(at["inductor"], 1) - 1 for at in r.peaks_at.values()]
+                lines.append(f"{r.graph}: sizes are symbolic; its order was checked at {len(r.peaks_at)} points of "
+                             f"the symbols' ranges ({', '.join(r.peaks_at)}) and is never above Inductor's own "
+                             f"there (change (est.) from {min(changes):+.2%} to {max(changes):+.2%}; "
+                             f"record.peaks_at has each)")
+            slab = slabs.get(r.graph)
+            if slab is not None and slab.peaks_at:
+                ratio = max(at["worst_ratio"] for at in slab.peaks_at.values())
+                lines.append(f"{r.graph}: {slab.stacked} of {len(slab.pools)} pools have offsets that are "
+                             f"expressions in the size symbols, valid for every size; the slab replay is at or below "
+                             f"stock's at each of the {len(slab.peaks_at)} points (largest pool over its live-bytes "
+                             f"bound there: {ratio:.3f})")
         lines += [partition_line(r) for r in self.partitions]
         ordered = {r.graph for r in graphs}
         lines += [f"fusion guard in {g.graph}: {len(g.blocked)} of {g.checks} fusions blocked"

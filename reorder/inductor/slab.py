@@ -32,9 +32,21 @@ translation both ways:
   a group left individual gets a pool of its own, as Inductor's
   ``memory_pool="none"`` would give it.
 
-A graph we cannot plan (a buffer whose size is symbolic, as under
-``dynamic=True``; the C++ wrapper; anything unexpected) keeps Inductor's
-normal allocation, with a WARNING naming the graph and the reason and a
+**Dynamic shapes.** Where sizes are expressions in size symbols (a graph
+compiled with ``dynamic=True``, ``mark_dynamic``, or made dynamic after a
+recompile), each group's record carries its bytes as an expression and the
+planner the symbols' hints and ranges from Inductor's ``ShapeEnv``; a pool
+of such groups is stacked (:mod:`reorder.planning.symbolic`): its offsets
+and its size are expressions, disjoint for every value of the symbols. The
+wrapper evaluates them when the pool is created: one line per member that
+sits on others (``pool0_at3 = max(pool0_at1 + align(256*s27*s77), ...)``),
+then the pool's ``empty_strided`` of the top's expression; every member's
+``alloc_from_pool`` takes its offset's name.
+
+A graph we cannot plan (a buffer whose size has an unbacked, data-dependent
+symbol, such as one after ``nonzero`` or ``.item()``; the C++ wrapper;
+anything unexpected) keeps Inductor's normal allocation, with a WARNING
+naming the graph and the reason and a
 :class:`~reorder.inductor.session.FallbackRecord` in the session.
 
 With ``poison=True`` the generated code also calls
@@ -59,8 +71,12 @@ from torch._inductor.dependencies import StarDep
 from torch._inductor.utils import is_nonfreeable_buffers
 from torch._inductor.virtualized import V
 
+from ..errors import GraphError
 from ..planning import align
 from ..planning.pools import ALIGNMENT, PACK_SECONDS_CAP, BufferGroup, GroupKind, PoolLayout, choose_layout
+from ..planning.symbolic import StackedPlan, stack
+from ..sizes import size_expression
+from .adapter import symbol_ranges
 from .reorder_pass import graph_being_compiled
 from .session import FallbackRecord, Session, SlabRecord, sized
 
@@ -81,12 +97,17 @@ class SlabFallback(Exception):
 
 @dataclasses.dataclass(eq=False)
 class SlabPool(memory_planning.AllocationPool):
-    """One pool of our plan: ``nbytes`` of uint8, created at its first allocation, deleted at its last free."""
+    """One pool of our plan: ``nbytes`` of uint8 (an int, or an expression in size symbols), created at its first
+    allocation, deleted at its last free. ``offsets``: the lines naming a stacked pool's offsets, ``(name,
+    expression)`` in stacking order, written just before the pool is allocated."""
 
-    nbytes: int = 0
+    nbytes: int | sympy.Expr = 0
     poison: bool = False
+    offsets: list = dataclasses.field(default_factory=list)
 
     def codegen_create(self, wrapper, code):
+        for name, expression in self.offsets:
+            code.writeline(f"{name} = {wrapper_codegen.pexpr(expression)}")
         code.writeline(wrapper.make_allocation(self.name, device=self.device, dtype=torch.uint8,
                                                shape=(self.nbytes,), stride=(1,)))
         if self.poison:
@@ -104,7 +125,8 @@ class SlabAllocLine(memory_planning.AllocFromPoolLine):
         if self.poison:
             allocation = self.group.allocation
             code.writeline(f"slab_claim({allocation.pool.name}, {self.node.get_name()!r}, "
-                           f"{allocation.offset}, {allocation.size_hint})")
+                           f"{wrapper_codegen.pexpr(allocation.offset)}, "
+                           f"{wrapper_codegen.pexpr(allocation.symbolic_size)})")
 
 
 @dataclasses.dataclass
@@ -117,7 +139,8 @@ class SlabFreeLine(memory_planning.DeallocFromPoolLine):
         if self.poison:
             allocation = self.group.allocation
             code.writeline(f"slab_release({allocation.pool.name}, {self.group.names[0]!r}, "
-                           f"{allocation.offset}, {allocation.size_hint})")
+                           f"{wrapper_codegen.pexpr(allocation.offset)}, "
+                           f"{wrapper_codegen.pexpr(allocation.symbolic_size)})")
         super().codegen(code)
 
 
@@ -134,16 +157,32 @@ def freed_by_graph(name: str) -> bool:
     return not is_nonfreeable_buffers(StarDep(name))
 
 
-def storage_bytes(node) -> int:
-    """Bytes of ``node``'s storage at the size hint (0 for a multi-output kernel's tuple: its children carry them)."""
+def storage_expr(node) -> sympy.Expr:
+    """Bytes of ``node``'s storage, an expression where its size is symbolic (0 for a multi-output kernel's
+    tuple: its children carry them)."""
     layout = node.maybe_get_output_spec()
     if not isinstance(layout, ir.Layout):
-        return 0
-    return int(V.graph.sizevars.optimization_hint(layout.storage_size() * node.get_dtype().itemsize, fallback=0))
+        return sympy.Integer(0)
+    return sympy.sympify(layout.storage_size() * node.get_dtype().itemsize)
 
 
-def unpooled_group(name: str, node, nbytes: int, begin: int, end: int, kind: GroupKind) -> BufferGroup:
-    return BufferGroup(name, nbytes, align(nbytes, ALIGNMENT), begin, end, str(node.get_device()), kind)
+def hint_bytes(nbytes: sympy.Expr) -> int:
+    """Bytes at the size hints (``optimization_hint``, as Inductor sizes its own pools)."""
+    return int(V.graph.sizevars.optimization_hint(nbytes, fallback=0))
+
+
+def our_expr(nbytes: sympy.Expr, name: str):
+    """An Inductor size expression as our parsed expression (None for a constant): read through its printed form
+    by our own parser, as a graph file's sizes are."""
+    if not nbytes.free_symbols:
+        return None
+    try:
+        return size_expression(str(nbytes), f"buffer {name}")
+    except GraphError as exc:
+        raise SlabFallback(f"buffer {name}: its size {nbytes} is outside our size grammar ({exc})") from None
+
+
+
 
 
 @dataclasses.dataclass
@@ -158,16 +197,38 @@ class SlabPlanner(memory_planning.MemoryPlanner):
     poison: bool = False
     layout: PoolLayout | None = None
 
+    symbols: set = dataclasses.field(default_factory=set)
+    hints: dict = dataclasses.field(default_factory=dict)
+    ranges: dict = dataclasses.field(default_factory=dict)
+
     def plan(self, lines: list) -> list:
         lines = [*lines]
         self.drop_removed_buffers(lines)
         self.convert_to_pool_lines(lines)
         self.compute_live_ranges(lines)
         unpooled, horizon, foreign_steps = self.read_unpooled(lines)
-        self.layout = choose_layout([*self.pooled_records(horizon), *unpooled], horizon, foreign_steps)
+        groups = [*self.pooled_records(horizon), *unpooled]
+        self.read_symbols()
+        self.layout = choose_layout(groups, horizon, foreign_steps, self.hints, self.ranges)
         self.place(self.layout)
         self.mark_first_last_usage(lines)
         return lines
+
+    def group(self, name: str, node, nbytes: sympy.Expr, begin: int, end: int, kind: GroupKind) -> BufferGroup:
+        """The record of one allocation: its bytes at the hints, aligned, and as our expression where they have
+        size symbols (noted, for :meth:`read_symbols`)."""
+        hint = hint_bytes(nbytes)
+        self.symbols |= nbytes.free_symbols
+        return BufferGroup(name, hint, align(hint, ALIGNMENT), begin, end, str(node.get_device()), kind,
+                           our_expr(nbytes, name))
+
+    def read_symbols(self) -> None:
+        """The hints and ranges of the size symbols the groups' sizes use; a graph whose sizes have an unbacked
+        (data-dependent) symbol falls back, naming it."""
+        found = symbol_ranges(self.symbols) if self.symbols else ({}, {})
+        if isinstance(found, str):
+            raise SlabFallback(found)
+        self.hints, self.ranges = found
 
     def convert_to_pool_lines(self, lines: list) -> None:
         """Inductor's conversion, for the groups we pool; reuse lines are copied, never mutated."""
@@ -176,10 +237,6 @@ class SlabPlanner(memory_planning.MemoryPlanner):
                 if isinstance(line, wrapper_codegen.AllocateLine) and line.comm_buffer}
         pooled = {n: g for n, g in name_to_group.items() if not g.is_output and not comm.intersection(g.names)}
         self.buffer_groups = [*{id(g): g for g in pooled.values()}.values()]
-        for group in self.buffer_groups:
-            nbytes = group.sym_nbytes()
-            if not isinstance(nbytes, int) and not getattr(nbytes, "is_number", False):
-                raise SlabFallback(f"buffer {group.names[0]} has a symbolic size {nbytes}")
         for i, line in enumerate(lines):
             if isinstance(line, wrapper_codegen.AllocateLine) and line.node.get_name() in pooled:
                 lines[i] = SlabAllocLine(self.wrapper, pooled[line.node.get_name()], poison=self.poison)
@@ -209,60 +266,65 @@ class SlabPlanner(memory_planning.MemoryPlanner):
                 foreign_steps.add(step)
             if isinstance(line, wrapper_codegen.AllocateLine):
                 name = line.node.get_name()
-                opened[name] = (name, line.node, storage_bytes(line.node), step, GroupKind.INDIVIDUAL)
+                opened[name] = (name, line.node, storage_expr(line.node), step, GroupKind.INDIVIDUAL)
             elif isinstance(line, wrapper_codegen.ExternKernelAllocLine):
                 name = line.node.get_name()
-                opened[name] = (name, line.node, storage_bytes(line.node), step, GroupKind.EXTERN)
+                opened[name] = (name, line.node, storage_expr(line.node), step, GroupKind.EXTERN)
             elif isinstance(line, wrapper_codegen.MultiOutputLine):
                 node = V.graph.get_buffer(line.result_name)
-                opened[line.result_name] = (line.result_name, node, storage_bytes(node), step, GroupKind.EXTERN)
+                opened[line.result_name] = (line.result_name, node, storage_expr(node), step, GroupKind.EXTERN)
             elif isinstance(line, wrapper_codegen.ReuseLine) and line.node.get_name() in opened:
                 opened[line.reused_as.get_name()] = opened.pop(line.node.get_name())
             elif isinstance(line, wrapper_codegen.FreeIfNotReusedLine) and line.node.get_name() in opened:
                 closed[line.node.get_name()] = step
             elif isinstance(line, wrapper_codegen.FreeLine) and isinstance(line.node, ir.InputBuffer):
                 if freed_by_graph(line.node.get_name()):  # after this step's kernels ran
-                    records.append(unpooled_group(line.node.get_name(), line.node, storage_bytes(line.node), 0,
-                                                  step + 1, GroupKind.FREED_INPUT))
+                    records.append(self.group(line.node.get_name(), line.node, storage_expr(line.node), 0,
+                                              step + 1, GroupKind.FREED_INPUT))
             elif isinstance(line, wrapper_codegen.FreeLine) and line.node.get_name() in opened:
                 closed[line.node.get_name()] = step + 1
         horizon = step + 1
         for live_name, (name, node, nbytes, begin, kind) in opened.items():
-            if nbytes:
+            if nbytes != 0:
                 end = max(closed.get(live_name, horizon), begin + 1)
-                records.append(unpooled_group(name, node, nbytes, begin, end, kind))
+                records.append(self.group(name, node, nbytes, begin, end, kind))
         return records, horizon, sorted(foreign_steps)
 
     def pooled_records(self, horizon: int) -> list[BufferGroup]:
         """One record per group we pool, in ``buffer_groups`` order: Inductor's live range, half-open (a group
-        never freed lives to ``horizon``), its size hint and that rounded up to :data:`ALIGNMENT`."""
+        never freed lives to ``horizon``), its bytes (:meth:`group`)."""
         records = []
         for group in self.buffer_groups:
             group.make_allocation()
             begin, end = group.live_range.begin, group.live_range.end
-            nbytes = group.allocation.size_hint
-            records.append(BufferGroup(group.names[0], nbytes, align(nbytes, ALIGNMENT), begin,
-                                       end if end > begin else horizon, str(group.node.get_device()),
-                                       GroupKind.POOLED))
+            records.append(self.group(group.names[0], group.node, sympy.sympify(group.sym_nbytes()), begin,
+                                      end if end > begin else horizon, GroupKind.POOLED))
         return records
 
     def place(self, layout: PoolLayout) -> None:
-        """Each pool of ``layout`` as a :class:`SlabPool` holding its members at their offsets; each group
-        left individual in a pool of its own."""
+        """Each pool of ``layout`` as a :class:`SlabPool` holding its members at their offsets (named
+        expressions, for a stacked pool: :meth:`stacked_offsets`); each group left individual in a pool of its
+        own."""
         groups = self.buffer_groups
         for k, planned in enumerate(layout.pools):
             pool = SlabPool(groups[planned.members[0]].node.get_device(), memory_planning.TemporalSplit([]),
                             can_expand=False, nbytes=planned.nbytes, poison=self.poison)
             pool.name = f"pool{k}"
             pool.names_to_del.append(pool.name)
-            for i, offset in zip(planned.members, planned.plan.offsets, strict=True):
+            if isinstance(planned.plan, StackedPlan):
+                offsets, pool.nbytes, pool.offsets = stacked_offsets(pool.name, planned.plan,
+                                                                     [groups[i] for i in planned.members])
+            else:
+                offsets = [sympy.Integer(offset) for offset in planned.plan.offsets]
+            for i, offset in zip(planned.members, offsets, strict=True):
                 groups[i].allocation.mark_allocated()
-                groups[i].allocation.finalize(pool, sympy.Integer(offset))
+                groups[i].allocation.finalize(pool, offset)
         for i in layout.individual:
             allocation = groups[i].allocation
             allocation.mark_allocated()
             pool = SlabPool(allocation.device, memory_planning.TemporalSplit([]), can_expand=False,
-                            nbytes=allocation.size_hint, poison=self.poison)
+                            nbytes=allocation.size_hint if allocation.symbolic_size.is_number
+                            else allocation.symbolic_size, poison=self.poison)
             pool.name = f"{groups[i].names[0]}_storage"
             pool.names_to_del.append(pool.name)
             allocation.finalize(pool, sympy.Integer(0))
@@ -286,13 +348,38 @@ class SlabPlanner(memory_planning.MemoryPlanner):
                 seen.add(id(pool))
 
 
+def stacked_offsets(pool: str, plan: StackedPlan, members: list) -> tuple[list, sympy.Expr, list]:
+    """A stacked pool's offsets in Inductor's terms: each member's offset (a name, ``<pool>_at<k>``, where it sits
+    on others; 0 where it sits on nothing), the pool's size, and the lines that define the names, in stacking
+    order. Sizes are Inductor's own expressions of the members' bytes, rounded up by its ``align``, the rounding
+    the plan's sizes make (a multiple of :data:`~reorder.planning.pools.ALIGNMENT`)."""
+    from torch._inductor.utils import align as inductor_align
+    from torch.utils._sympy.functions import Max
+
+    definitions = []
+
+    def bind(k: int, offset: sympy.Expr) -> sympy.Expr:
+        name = sympy.Symbol(f"{pool}_at{k}", integer=True, nonnegative=True)
+        definitions.append((name, offset))
+        return name
+
+    sizes = [inductor_align(sympy.sympify(group.sym_nbytes())) for group in members]
+    offsets, top = stack(plan.stacking, sizes, sympy.Integer(0), Max, bind)
+    return offsets, top, definitions
+
+
 def slab_record(graph: str, layout: PoolLayout) -> SlabRecord:
     """What the session records of one graph's layout."""
+    ratios = layout.worst_ratio_at
+    peaks_at = {label: {"point": layout.points[label], "estimated_peak": peak, "stock_estimated_peak": stock,
+                        "worst_ratio": ratios.get(label, 1.0)}
+                for label, (peak, stock) in layout.peaks_at.items()} or None
     return SlabRecord(graph=graph, pools=sized(p.nbytes for p in layout.pools),
                       pooled=sum(len(p.members) for p in layout.pools), individual=len(layout.individual),
                       pool_bytes=layout.pool_bytes, bound=layout.bound, worst_ratio=layout.worst_ratio,
                       estimated_peak=layout.estimated_peak, stock_estimated_peak=layout.stock_estimated_peak,
-                      capped=any(p.plan.capped for p in layout.pools))
+                      capped=any(p.plan.capped for p in layout.pools), peaks_at=peaks_at,
+                      stacked=sum(isinstance(p.plan, StackedPlan) for p in layout.pools))
 
 
 def compiling_session() -> Session | None:

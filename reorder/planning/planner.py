@@ -16,12 +16,14 @@ from typing import Callable, Mapping, Sequence
 
 from ..errors import PlanError
 from ..graph import Graph
+from ..sizes import align_expression
 from .exact_packing import ExactPacking, pack_exact
 from .intervals import Storage, align, storage_intervals
 from .offset_search import search_offsets
 from .offsets import STRATEGIES, live_bytes_bound
 from .options import PlanOptions
 from .slab import SlabPlan
+from .symbolic import StackedPlan, check_nonnegative, choose_stacking
 
 __all__ = ["pack", "plan_intervals", "plan_memory", "plan_orders", "solve_packing"]
 
@@ -136,9 +138,38 @@ def plan_intervals(
     return plan
 
 
+def _stacked_plan(graph: Graph, order: Sequence[int], storages: list[Storage], options: PlanOptions,
+                  deadline: float | None) -> StackedPlan:
+    """Stack ``storages`` (of ``order``) of a symbolic graph for every point of its symbols' ranges
+    (:mod:`~reorder.planning.symbolic`), append the workspaces as expressions, validate."""
+    if options.exact or options.strategy != "search":
+        raise PlanError(f"a symbolic graph is planned by stacking from the search strategy at each evaluation "
+                        f"point; strategy={options.strategy!r}{' with exact' if options.exact else ''} is for "
+                        f"graphs of constant sizes (plan it at a point instead)")
+    e, a, names = graph.size_exprs, options.alignment, graph.buffer_names
+    starts = [s.start for s in storages]
+    ends = [s.end for s in storages]
+    sizes = [align_expression(e.size[s.owner], a) for s in storages]
+    check_nonnegative([names[s.owner] for s in storages], sizes, graph.size_ranges)
+    stacking = choose_stacking(starts, ends, sizes, graph.evaluation_points(), options.restarts,
+                               _seconds_left(deadline), what=lambda k: f"buffer {names[storages[k].owner]!r}")
+    unique = tuple((graph.node_names[v], align_expression(z, a)) for v, z in enumerate(e.unique_workspace) if z != 0)
+    workspaces = [z for z in e.workspace if z != 0]
+    shared = 0 if not workspaces else align_expression(workspaces[0] if len(workspaces) == 1 else ("Max", *workspaces), a)
+    plan = StackedPlan("search", a, tuple(graph.names_of(order)), tuple(names[s.owner] for s in storages),
+                       tuple(tuple(names[m] for m in s.members) for s in storages), tuple(starts), tuple(ends),
+                       tuple(sizes), stacking, unique, shared, dict(graph.size_hints), dict(graph.size_ranges),
+                       tuple(graph.symbolic_size[s.owner] for s in storages))
+    plan.validate()
+    return plan
+
+
 def _plan_storages(graph: Graph, order: Sequence[int], storages: list[Storage], options: PlanOptions,
-                   deadline: float | None) -> SlabPlan:
-    """Pack ``storages`` (of ``order``), append the workspaces, validate."""
+                   deadline: float | None, symbolic: bool = False) -> SlabPlan | StackedPlan:
+    """Pack ``storages`` (of ``order``), append the workspaces, validate (stacked, for every point of the
+    symbols' ranges, with ``symbolic`` on a symbolic graph)."""
+    if symbolic and graph.is_symbolic:
+        return _stacked_plan(graph, order, storages, options, deadline)
     starts = [s.start for s in storages]
     ends = [s.end for s in storages]
     sizes = [s.size for s in storages]
@@ -174,22 +205,28 @@ def _plan_storages(graph: Graph, order: Sequence[int], storages: list[Storage], 
     return plan
 
 
-def plan_memory(graph: Graph, order: Sequence[int] | None = None, options: PlanOptions = DEFAULT_OPTIONS) -> SlabPlan:
+def plan_memory(graph: Graph, order: Sequence[int] | None = None, options: PlanOptions = DEFAULT_OPTIONS,
+                symbolic: bool = False) -> SlabPlan | StackedPlan:
     """A validated :class:`SlabPlan` for ``order`` (node ids; default the graph's own order).
 
     The ``search`` strategy runs ``options.restarts`` restarts, or stops
     sooner when it reaches the lower bound. With ``options.exact`` the plan
     records the exact packer's status, effort and proven lower bound.
     ``capped`` says whether ``options.max_seconds`` cut the work short.
+
+    A symbolic graph is planned at its hints, unless ``symbolic``: then the
+    plan is a :class:`~reorder.planning.symbolic.StackedPlan`, whose offsets
+    are expressions valid at every point of the symbols' ranges (the search
+    runs ``options.restarts`` at each evaluation point).
     """
     order = list(range(graph.num_nodes)) if order is None else list(order)
     storages = storage_intervals(graph, order, options.alignment, options.include_inputs)
-    return _plan_storages(graph, order, storages, options, _deadline(options))
+    return _plan_storages(graph, order, storages, options, _deadline(options), symbolic)
 
 
 def plan_orders(
-    graph: Graph, orders: Mapping[str, Sequence[int]], options: PlanOptions = DEFAULT_OPTIONS
-) -> tuple[str, SlabPlan]:
+    graph: Graph, orders: Mapping[str, Sequence[int]], options: PlanOptions = DEFAULT_OPTIONS, symbolic: bool = False
+) -> tuple[str, SlabPlan | StackedPlan]:
     """Plan each candidate order, return ``(name, plan)`` of the smallest slab (ties: first given).
 
     Identical orders are planned once. Orders are planned from the lowest
@@ -197,7 +234,9 @@ def plan_orders(
     is not planned: the answer is the one planning every order gives, for
     less work. ``options.restarts`` and ``options.nodes`` are each order's;
     ``options.max_seconds`` caps the whole call, and the plan is ``capped``
-    if the cap cut any order's packing short.
+    if the cap cut any order's packing short. With ``symbolic`` (see
+    :func:`plan_memory`) the plans are stacked and ranked by their tensor
+    region at the hint.
     """
     deadline = _deadline(options)
     unique_orders: dict[tuple[int, ...], str] = {}
@@ -217,8 +256,11 @@ def plan_orders(
         # The workspace region does not depend on the order, so tensor bytes rank the slabs.
         if best is not None and (bound, index) > best[:2]:
             continue
-        plan = _plan_storages(graph, order, storages, options, deadline)
+        plan = _plan_storages(graph, order, storages, options, deadline, symbolic)
         capped = capped or plan.capped
-        if best is None or (plan.tensor_bytes, index) < best[:2]:
-            best = (plan.tensor_bytes, index, name, plan)
+        tensor_bytes = plan.at_hint.tensor_bytes if isinstance(plan, StackedPlan) else plan.tensor_bytes
+        if best is None or (tensor_bytes, index) < best[:2]:
+            best = (tensor_bytes, index, name, plan)
+    if isinstance(best[3], StackedPlan):
+        return best[2], best[3]
     return best[2], dataclasses.replace(best[3], capped=capped)

@@ -31,6 +31,17 @@ writes the layout back as pool lines.
 
 :func:`choose_layout` plans with and without ``touching`` and keeps the
 lower replayed peak, then the fewer allocations.
+
+**Sizes that are expressions** (a program compiled with dynamic shapes): a
+group's ``expr`` is its bytes as an expression in size symbols, with the
+symbols' ``hints`` and ``ranges`` given to the planner. A pool of such
+groups is a :class:`~reorder.planning.symbolic.StackedPlan`: its offsets and
+its size are expressions, disjoint for every value of the symbols (proven,
+see that module), evaluated by the program when it allocates the pool. The
+replay and the foreign-step rule then hold at every evaluation point of the
+symbols' ranges (:func:`~reorder.sizes.evaluation_points`: the hint, the
+lower bounds, twice and four times the hint and a point well above it): a
+group leaves the pools while either fails at any of them.
 """
 
 from __future__ import annotations
@@ -41,8 +52,11 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from ..errors import PlanError
+from ..sizes import (Expr, SymbolRange, align_expression, evaluate_bytes, evaluation_points, size_interval,
+                     size_symbols)
 from .offset_search import search_offsets
 from .slab import SlabPlan
+from .symbolic import StackedPlan, check_nonnegative, choose_stacking
 
 __all__ = ["ALIGNMENT", "PACK_RESTARTS", "BufferGroup", "GroupKind", "Pool", "PoolLayout", "PoolPlanner",
            "chained_components", "choose_layout", "plan_pools", "replayed_peak"]
@@ -84,7 +98,9 @@ class BufferGroup:
     half-open: allocated at step ``begin``, its bytes free for a group
     allocated at step ``end`` (no kernel runs between a free and an
     allocation of the same step). ``device``: groups on different devices
-    never share a pool.
+    never share a pool. ``expr``: ``nbytes`` as an expression in size
+    symbols, or None when it is a constant; ``nbytes`` and ``size`` are then
+    its value and aligned value at the hints.
 
     Invariants (checked): ``0 <= begin < end``, ``0 <= nbytes <= size``.
     """
@@ -96,6 +112,7 @@ class BufferGroup:
     end: int
     device: str
     kind: GroupKind
+    expr: Expr | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.begin < self.end:
@@ -105,6 +122,17 @@ class BufferGroup:
 
     def live_at(self, step: int) -> bool:
         return self.begin <= step < self.end
+
+    @property
+    def aligned_expr(self) -> Expr:
+        """Its bytes in a pool as an expression (an int when constant)."""
+        return self.size if self.expr is None else align_expression(self.expr, ALIGNMENT)
+
+    def nbytes_at(self, point: dict[str, int]) -> int:
+        return self.nbytes if self.expr is None or not point else evaluate_bytes(self.expr, point, self.name)
+
+    def size_at(self, point: dict[str, int]) -> int:
+        return self.size if self.expr is None or not point else evaluate_bytes(self.aligned_expr, point, self.name)
 
 
 @dataclass(frozen=True)
@@ -116,12 +144,14 @@ class Pool:
     ``begin`` (its first member's allocation) and deleted at ``end`` (its
     last member's free). Invariants: the members' live ranges chain (their
     union is ``[begin, end)`` without a gap), all are on ``device``, and
-    ``plan`` is validated: no two members live at a common step share a byte.
+    ``plan`` is validated: no two members live at a common step share a byte
+    (a :class:`~reorder.planning.symbolic.StackedPlan` where a member's size
+    is an expression: at every value of the symbols).
     """
 
     device: str
     members: tuple[int, ...]
-    plan: SlabPlan
+    plan: SlabPlan | StackedPlan
 
     @property
     def begin(self) -> int:
@@ -133,7 +163,13 @@ class Pool:
 
     @property
     def nbytes(self) -> int:
+        """Its bytes at the hints."""
         return self.plan.slab_bytes
+
+    def nbytes_at(self, point: dict[str, int]) -> int:
+        if isinstance(self.plan, SlabPlan) or not point:
+            return self.plan.slab_bytes
+        return self.plan.at(point).slab_bytes
 
 
 @dataclass(frozen=True)
@@ -141,13 +177,17 @@ class PoolLayout:
     """Pools over time, the pooled groups left to their own allocation, and the replayed peaks (bytes).
 
     ``individual``: indices of :attr:`GroupKind.POOLED` groups allocated one
-    by one after all (zero-byte groups, then those that left the pools, in
+    by one after all (zero-byte groups and groups whose size expression may
+    be negative in the symbols' ranges, then those that left the pools, in
     the order they left). ``estimated_peak``: the largest total the program
     allocates at one step with this layout; ``stock_estimated_peak``: the same
-    with every group allocated one by one. ``touching``: whether ranges that
-    merely touch were chained. Invariants (:meth:`validate`): every pooled
-    group is in exactly one pool or in ``individual``, and
-    ``estimated_peak <= stock_estimated_peak``.
+    with every group allocated one by one (both at the hints). ``touching``:
+    whether ranges that merely touch were chained. ``peaks_at``: where sizes
+    are expressions, both replayed peaks at every evaluation point (label ->
+    ``(estimated, stock)``), with ``points`` the symbol values there.
+    Invariants (:meth:`validate`): every pooled group is in exactly one pool
+    or in ``individual``, and ``estimated_peak <= stock_estimated_peak`` (at
+    every evaluation point).
     """
 
     pools: tuple[Pool, ...]
@@ -155,6 +195,8 @@ class PoolLayout:
     estimated_peak: int
     stock_estimated_peak: int
     touching: bool
+    peaks_at: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    points: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
 
     @property
     def pool_bytes(self) -> int:
@@ -188,15 +230,26 @@ class PoolLayout:
                 raise PlanError("pool layout: a pool without members")
             if any(g.device != p.device for g in members):
                 raise PlanError(f"pool of {members[0].name!r}: members on devices other than {p.device}")
-            expected = ([g.begin for g in members], [g.end for g in members], [g.size for g in members])
+            sizes = [g.aligned_expr if isinstance(p.plan, StackedPlan) else g.size for g in members]
+            expected = ([g.begin for g in members], [g.end for g in members], sizes)
             if (list(p.plan.starts), list(p.plan.ends), list(p.plan.sizes)) != expected:
                 raise PlanError(f"pool of {members[0].name!r}: its plan does not hold its members' ranges and sizes")
             if len(chained_components(p.members, starts, ends, self.touching)) != 1:
                 raise PlanError(f"pool of {members[0].name!r}: its members' live ranges leave a gap")
             p.plan.validate()
-        if self.estimated_peak > self.stock_estimated_peak:
-            raise PlanError(f"pool layout: replayed peak {self.estimated_peak} above stock's "
-                            f"{self.stock_estimated_peak}")
+        for label, (peak, stock) in {"hint": (self.estimated_peak, self.stock_estimated_peak),
+                                     **self.peaks_at}.items():
+            if peak > stock:
+                raise PlanError(f"pool layout: replayed peak {peak} above stock's {stock} at {label}")
+
+    @property
+    def worst_ratio_at(self) -> dict[str, float]:
+        """Where sizes are expressions: the largest pool's slab over its own live-bytes bound at each point."""
+        ratios: dict[str, float] = {}
+        for p in self.pools:
+            for label, ratio in (p.plan.ratios.items() if isinstance(p.plan, StackedPlan) else ()):
+                ratios[label] = max(ratios.get(label, 1.0), ratio)
+        return ratios
 
 
 def chained_components(members: Iterable[int], starts: Sequence[int], ends: Sequence[int],
@@ -238,35 +291,58 @@ class PoolPlanner:
 
     ``horizon``: the step after the last (no range ends later).
     ``foreign_steps``: steps where code other than the compiled kernels runs.
-    The arrays are indexed by group, built once.
+    ``hints`` and ``ranges``: the size symbols' values and ranges, where a
+    group's size is an expression. The arrays are indexed by group (and by
+    evaluation point), built once.
     """
 
     def __init__(self, groups: Sequence[BufferGroup], horizon: int, foreign_steps: Iterable[int] = (),
-                 touching: bool = False):
+                 touching: bool = False, hints: dict[str, int] | None = None,
+                 ranges: dict[str, SymbolRange] | None = None):
         self.groups = tuple(groups)
         self.horizon = horizon
         self.foreign_steps = sorted(set(foreign_steps))
         self.touching = touching
+        self.hints, self.ranges = dict(hints or {}), dict(ranges or {})
+        symbols = set().union(*(size_symbols(g.expr) for g in self.groups if g.expr is not None))
+        self.points = evaluation_points(self.hints, self.ranges, symbols) if symbols else [("hint", {})]
         self.starts = [g.begin for g in self.groups]
         self.ends = [g.end for g in self.groups]
-        self.sizes = [g.size for g in self.groups]
+        self.nbytes = [[g.nbytes_at(point) for g in self.groups] for _, point in self.points]
+        self.sizes_at = [[g.size_at(point) for g in self.groups] for _, point in self.points]
+        self.sizes = self.sizes_at[0]
         candidates = [i for i, g in enumerate(self.groups) if g.kind is GroupKind.POOLED]
-        self.pooled = [i for i in candidates if self.sizes[i] > 0]
-        self.individual = [i for i in candidates if self.sizes[i] <= 0]
-        self.packed: dict[tuple[int, ...], SlabPlan] = {}  # a pool's members -> their plan, packed once
+        self.pooled = [i for i in candidates if self.poolable(self.groups[i])]
+        self.individual = [i for i in candidates if not self.poolable(self.groups[i])]
+        self.packed: dict[tuple[int, ...], SlabPlan | StackedPlan] = {}  # a pool's members -> its plan, packed once
+        self.pool_bytes: dict[tuple[int, ...], list[int]] = {}  # a pool's members -> its bytes at each point
+
+    def poolable(self, group: BufferGroup) -> bool:
+        """Whether a group can share a pool: it holds bytes (a positive size, or one that is an expression), and
+        an expression is proven non-negative over the symbols' ranges (what stacking needs)."""
+        if group.expr is None:
+            return group.size > 0
+        return size_interval(group.aligned_expr, self.ranges)[0] >= 0
 
     def plan(self) -> PoolLayout:
-        """Groups leave the pools until the replay and the foreign-step rule both hold."""
+        """Groups leave the pools until the replay and the foreign-step rule both hold at every point."""
         self.check_horizon()
-        stock, _ = replayed_peak(self.horizon, (self.span(i) for i in range(len(self.groups))))
+        stock = [replayed_peak(self.horizon, (self.span(i, q) for i in range(len(self.groups))))[0]
+                 for q in range(len(self.points))]
         while True:
             pools = self.form_pools()
-            peak, step = self.replay(pools)
-            if peak <= stock:
-                step = self.foreign_step_with_idle_bytes(pools)
-            if step is None or not pools:
-                return PoolLayout(tuple(pools), tuple(self.individual), peak, stock, self.touching)
-            leaving = self.leaving_group(pools, step)
+            peaks = [self.replay(pools, q) for q in range(len(self.points))]
+            violation = next(((q, step) for q, (peak, step) in enumerate(peaks) if peak > stock[q]), None)
+            if violation is None:
+                violation = next(((q, step) for q in range(len(self.points))
+                                  if (step := self.foreign_step_with_idle_bytes(pools, q)) is not None), None)
+            if violation is None or not pools:
+                symbolic = len(self.points) > 1
+                peaks_at = {label: (peak[0], st) for (label, _), peak, st in zip(self.points, peaks, stock, strict=True)}
+                return PoolLayout(tuple(pools), tuple(self.individual), peaks[0][0], stock[0], self.touching,
+                                  peaks_at if symbolic else {},
+                                  {label: dict(point) for label, point in self.points} if symbolic else {})
+            leaving = self.leaving_group(pools, *violation)
             self.pooled.remove(leaving)
             self.individual.append(leaving)
 
@@ -276,10 +352,9 @@ class PoolPlanner:
                 raise PlanError(f"buffer group {g.name!r}: live range [{g.begin}, {g.end}) ends after the horizon "
                                 f"{self.horizon}")
 
-    def span(self, i: int) -> tuple[int, int, int]:
-        """Group ``i`` allocated on its own: ``(begin, end, bytes)``."""
-        g = self.groups[i]
-        return g.begin, g.end, g.nbytes
+    def span(self, i: int, q: int = 0) -> tuple[int, int, int]:
+        """Group ``i`` allocated on its own at evaluation point ``q``: ``(begin, end, bytes)``."""
+        return self.starts[i], self.ends[i], self.nbytes[q][i]
 
     def form_pools(self) -> list[Pool]:
         """The pooled groups in pools: per device (sorted), one pool per chain of live ranges."""
@@ -290,68 +365,96 @@ class PoolPlanner:
                 members = tuple(part)
                 if members not in self.packed:
                     self.packed[members] = self.pack(members)
-                pools.append(Pool(device, members, self.packed[members]))
+                pool = Pool(device, members, self.packed[members])
+                if members not in self.pool_bytes:
+                    self.pool_bytes[members] = [pool.nbytes_at(point) for _, point in self.points]
+                pools.append(pool)
         return pools
 
-    def pack(self, members: Sequence[int]) -> SlabPlan:
-        """Offsets of one pool's groups by our search within :data:`PACK_RESTARTS`, validated."""
+    def pack(self, members: Sequence[int]) -> SlabPlan | StackedPlan:
+        """Offsets of one pool's groups by our search within :data:`PACK_RESTARTS` (at each evaluation point, and
+        stacked, where a member's size is an expression), validated."""
         s = [self.starts[i] for i in members]
         e = [self.ends[i] for i in members]
+        names = [self.groups[i].name for i in members]
+        if any(self.groups[i].expr is not None for i in members):
+            sizes = tuple(self.groups[i].aligned_expr for i in members)
+            check_nonnegative(names, sizes, self.ranges, "buffer group")
+            stacking = choose_stacking(s, e, sizes, self.points, PACK_RESTARTS, PACK_SECONDS_CAP, PACK_GREEDY_WORK,
+                                       what=lambda k: names[k])
+            plan = StackedPlan("search", ALIGNMENT, (), tuple(names), tuple((n,) for n in names), tuple(s), tuple(e),
+                               sizes, stacking, (), 0, self.hints, self.ranges)
+            plan.validate()
+            return plan
         z = [self.sizes[i] for i in members]
         found = search_offsets(s, e, z, restarts=PACK_RESTARTS, max_seconds=PACK_SECONDS_CAP,
                                greedy_work_limit=PACK_GREEDY_WORK)
-        plan = dataclasses.replace(SlabPlan.of_intervals([self.groups[i].name for i in members], s, e, z,
-                                                         found.offsets, "search"),
+        plan = dataclasses.replace(SlabPlan.of_intervals(names, s, e, z, found.offsets, "search"),
                                    alignment=ALIGNMENT, capped=found.capped)
         plan.validate()
         return plan
 
-    def replay(self, pools: Sequence[Pool]) -> tuple[int, int]:
-        """The replayed peak with ``pools`` (and every other group on its own), and its step."""
+    def replay(self, pools: Sequence[Pool], q: int = 0) -> tuple[int, int]:
+        """The replayed peak at evaluation point ``q`` with ``pools`` (and every other group on its own), and
+        its step."""
         pooled = set(self.pooled)
         unpooled = [i for i in range(len(self.groups)) if i not in pooled]
-        return replayed_peak(self.horizon, [*(self.span(i) for i in unpooled),
-                                            *((p.begin, p.end, p.nbytes) for p in pools)])
+        return replayed_peak(self.horizon, [*(self.span(i, q) for i in unpooled),
+                                            *((p.begin, p.end, self.pool_bytes[p.members][q]) for p in pools)])
 
-    def foreign_step_with_idle_bytes(self, pools: Sequence[Pool]) -> int | None:
-        """The first foreign step where the pools live hold bytes beyond their members live there."""
-        return next((step for step in self.foreign_steps if self.idle_bytes(step, pools) > 0), None)
+    def foreign_step_with_idle_bytes(self, pools: Sequence[Pool], q: int = 0) -> int | None:
+        """The first foreign step where the pools live hold bytes beyond their members live there (at point
+        ``q``)."""
+        return next((step for step in self.foreign_steps if self.idle_bytes(step, pools, q) > 0), None)
 
-    def idle_bytes(self, step: int, pools: Sequence[Pool]) -> int:
-        """Bytes the pools live at ``step`` hold beyond their members live at ``step`` (pooled sizes)."""
+    def idle_bytes(self, step: int, pools: Sequence[Pool], q: int = 0) -> int:
+        """Bytes the pools live at ``step`` hold beyond their members live at ``step`` (pooled sizes, at point
+        ``q``)."""
         idle = 0
+        sizes = self.sizes_at[q]
         for p in pools:
             if p.begin <= step < p.end:
-                idle += p.nbytes - sum(self.sizes[i] for i in p.members if self.groups[i].live_at(step))
+                idle += self.pool_bytes[p.members][q] - sum(sizes[i] for i in p.members
+                                                            if self.groups[i].live_at(step))
         return idle
 
-    def leaving_group(self, pools: Sequence[Pool], step: int) -> int:
-        """The group to allocate on its own: the largest one not live at ``step`` in a pool live there (the
-        bytes held for nothing), else the largest of the largest pool live there (or of all pools)."""
+    def leaving_group(self, pools: Sequence[Pool], q: int, step: int) -> int:
+        """The group to allocate on its own: the largest (at point ``q``) not live at ``step`` in a pool live
+        there (the bytes held for nothing), else the largest of the largest pool live there (or of all pools)."""
+        sizes = self.sizes_at[q]
         live = [k for k, p in enumerate(pools) if p.begin <= step < p.end]
         idle = [i for k in live for i in pools[k].members if not self.groups[i].live_at(step)]
         if idle:
-            return max(idle, key=lambda i: (self.sizes[i], -i))
-        worst = max(live or range(len(pools)), key=lambda k: (pools[k].nbytes, -k))
-        return max(pools[worst].members, key=lambda i: (self.sizes[i], -i))
+            return max(idle, key=lambda i: (sizes[i], -i))
+        worst = max(live or range(len(pools)), key=lambda k: (self.pool_bytes[pools[k].members][q], -k))
+        return max(pools[worst].members, key=lambda i: (sizes[i], -i))
 
 
 def plan_pools(groups: Sequence[BufferGroup], horizon: int, foreign_steps: Iterable[int] = (),
-               touching: bool = False) -> PoolLayout:
+               touching: bool = False, hints: dict[str, int] | None = None,
+               ranges: dict[str, SymbolRange] | None = None) -> PoolLayout:
     """Pools over time for ``groups`` that never peak above stock in the replay (see the module docstring).
 
     ``horizon``: the step after the program's last (no live range ends
     later). ``foreign_steps``: steps where an extern kernel or fallback runs.
     ``touching``: whether ranges that merely touch share a pool
-    (:func:`chained_components`). Raises :class:`PlanError` if a range ends
-    after ``horizon`` or a pool's offsets fail validation.
+    (:func:`chained_components`). ``hints`` and ``ranges``: the size
+    symbols' (see :class:`PoolPlanner`). Raises :class:`PlanError` if a range
+    ends after ``horizon`` or a pool's offsets fail validation.
     """
-    return PoolPlanner(groups, horizon, foreign_steps, touching).plan()
+    return PoolPlanner(groups, horizon, foreign_steps, touching, hints, ranges).plan()
 
 
-def choose_layout(groups: Sequence[BufferGroup], horizon: int, foreign_steps: Iterable[int] = ()) -> PoolLayout:
-    """:func:`plan_pools` chaining touching ranges and not: the lower replayed peak, then the fewer allocations
-    (the touching layout on a tie)."""
+def choose_layout(groups: Sequence[BufferGroup], horizon: int, foreign_steps: Iterable[int] = (),
+                  hints: dict[str, int] | None = None, ranges: dict[str, SymbolRange] | None = None) -> PoolLayout:
+    """:func:`plan_pools` chaining touching ranges and not: the lower replayed peak relative to stock at its worst
+    point (the only point, for constant sizes), then the lower at the hints, then the fewer allocations (the
+    touching layout on a tie)."""
     foreign_steps = tuple(foreign_steps)
-    layouts = [plan_pools(groups, horizon, foreign_steps, touching) for touching in (True, False)]
-    return min(layouts, key=lambda layout: (layout.estimated_peak, layout.allocations))
+    layouts = [plan_pools(groups, horizon, foreign_steps, touching, hints, ranges) for touching in (True, False)]
+
+    def worst_ratio(layout: PoolLayout) -> float:
+        peaks = layout.peaks_at.values() or [(layout.estimated_peak, layout.stock_estimated_peak)]
+        return max(peak / stock if stock else 1.0 for peak, stock in peaks)
+
+    return min(layouts, key=lambda layout: (worst_ratio(layout), layout.estimated_peak, layout.allocations))

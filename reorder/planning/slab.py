@@ -15,16 +15,30 @@ from functools import cached_property
 from ..errors import PlanError
 from .offsets import live_bytes_bound
 
-__all__ = ["SlabPlan"]
+__all__ = ["PlannedStorages", "SlabPlan"]
 
 
 @dataclass(frozen=True)
-class SlabPlan:
+class PlannedStorages:
+    """What every plan holds of its storages, whatever places them: the ``strategy`` and ``alignment``, the
+    ``order`` of node names, and parallel tuples per storage: ``names`` (owner buffer), ``members`` (all buffer
+    names in it), ``starts``/``ends`` (half-open steps)."""
+
+    strategy: str
+    alignment: int
+    order: tuple[str, ...]
+    names: tuple[str, ...]
+    members: tuple[tuple[str, ...], ...]
+    starts: tuple[int, ...]
+    ends: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SlabPlan(PlannedStorages):
     """Offsets of every storage, the slab size, and what bounds it.
 
-    Parallel tuples per storage: ``names`` (owner buffer), ``members`` (all
-    buffer names in it), ``starts``/``ends`` (half-open steps), ``sizes``
-    (aligned bytes), ``offsets``. ``tensor_bound``: no packing of these
+    Besides the :class:`PlannedStorages`, parallel tuples per storage: ``sizes``
+    (aligned bytes) and ``offsets``. ``tensor_bound``: no packing of these
     storages is smaller (the largest total live at one step, or more where
     the exact packer proved it); ``lower_bound`` adds the workspace region:
     no plan with this layout can be smaller. ``status`` and ``nodes``: the
@@ -36,13 +50,6 @@ class SlabPlan:
     machine's speed.
     """
 
-    strategy: str
-    alignment: int
-    order: tuple[str, ...]
-    names: tuple[str, ...]
-    members: tuple[tuple[str, ...], ...]
-    starts: tuple[int, ...]
-    ends: tuple[int, ...]
     sizes: tuple[int, ...]
     offsets: tuple[int, ...]
     tensor_bytes: int

@@ -5,7 +5,9 @@ order) and each method are estimated, one INFO line per method goes to the
 ``reorder`` logger, and the lowest peak wins (ties go to the earlier method,
 so the baseline is kept unless something is strictly better). Methods that
 improve an order (``refine``, ``exact``) start from the best order found
-before them.
+before them. On a graph with size symbols, the winner must also hold across
+sizes (:mod:`~reorder.schedulers.across_sizes`): never above Inductor's own
+order at any evaluation point of the symbols' ranges.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Iterable, Mapping, Sequence
 from ..errors import ReorderError
 from ..graph import Graph
 from ..timeline import estimate_peak_memory, lower_bound
+from .across_sizes import choose_across_sizes, inductor_reference
 from .base import METHODS, Method, MethodOutcome
 
 __all__ = ["DEFAULT_METHODS", "ReorderResult", "reorder_for_peak_memory", "make_method", "split_methods"]
@@ -41,6 +44,13 @@ class ReorderResult:
     graph's :func:`~reorder.timeline.lower_bound`, a solver's bound, or the
     chosen peak itself once it is proven optimal; so :attr:`gap` is
     certified.
+
+    For a graph with size symbols, ``points`` are the evaluation points
+    (label -> symbol values, the hint first), ``peaks_at`` every method's
+    peak at each of them (label -> method -> bytes) and ``reference`` the
+    method whose order is Inductor's own; the chosen order is never above the
+    reference's at any point (``notes["across_sizes"]`` says when a lower
+    order at the hint was passed over). All three are empty otherwise.
     """
 
     order: list[int]
@@ -52,6 +62,9 @@ class ReorderResult:
     optimal: bool
     notes: dict[str, str] = field(default_factory=dict)
     orders: dict[str, list[int]] = field(default_factory=dict)
+    points: dict[str, dict[str, int]] = field(default_factory=dict)
+    peaks_at: dict[str, dict[str, int]] = field(default_factory=dict)
+    reference: str | None = None
 
     @property
     def gap(self) -> float:
@@ -109,6 +122,42 @@ def make_method(spec: str | Method) -> Method:
     return cls(**values)
 
 
+#: Methods not run again at the other evaluation points of a symbolic graph: the searches that prove optima
+#: spend their whole budget where many orders tie (at the lower bounds, the constant-sized buffers weigh most:
+#: 2.4-2.9 s a point for exact on T5's training backward, against 0.3 s for refine); the others are cheap.
+HINT_ONLY = ("baseline", "exact", "optimal")
+
+
+def _orders_at_other_points(graph: Graph, instances: Sequence[Method], started: float, max_seconds: float | None,
+                            notes: dict[str, str], seconds: dict[str, float]) -> dict[str, list[int]]:
+    """The methods' orders at every evaluation point of a symbolic graph but the hint, named ``<method>@<point>``:
+    more candidates for the choice across sizes (an order that is lowest at the hint may be above Inductor's own
+    elsewhere, while one found at another point is as low at the hint and never above it). At each point the
+    methods that improve an order start from the best found there so far; :data:`HINT_ONLY` are not run again. Each
+    order's seconds go into ``seconds``."""
+    found: dict[str, list[int]] = {}
+    for label, point in graph.evaluation_points()[1:]:
+        at = graph.at(point)
+        best = list(range(graph.num_nodes))
+        best_peak = estimate_peak_memory(at, best).peak
+        for method in instances:
+            if method.name in HINT_ONLY:
+                continue
+            if max_seconds is not None and time.perf_counter() - started > max_seconds:
+                notes["safety_cap"] = (f"wall-clock cap of {max_seconds:g} s reached; skipped the methods at "
+                                       f"{label} and later evaluation points")
+                log.warning("reorder: %s: %s", graph.name, notes["safety_cap"])
+                return found
+            t0 = time.perf_counter()
+            order = list(method.run(at, best).order)
+            found[f"{method.name}@{label}"] = order
+            seconds[f"{method.name}@{label}"] = time.perf_counter() - t0
+            peak = estimate_peak_memory(at, order).peak
+            if peak < best_peak:
+                best, best_peak = order, peak
+    return found
+
+
 def reorder_for_peak_memory(
     graph: Graph,
     methods: Iterable | None = None,
@@ -125,7 +174,12 @@ def reorder_for_peak_memory(
     result is never worse than any of them. Every method's effort is a
     deterministic count; ``max_seconds`` is only a safety cap on the wall
     clock: methods not started when it passes are skipped, and the result
-    says so in ``notes["safety_cap"]``.
+    says so in ``notes["safety_cap"]``. On a graph with size symbols the
+    methods also run at the other evaluation points (their orders named
+    ``<method>@<point>``, ``refine@high`` say), and the order kept is the
+    lowest at the hint among all of them never above Inductor's own order at
+    any evaluation point
+    (:func:`~reorder.schedulers.across_sizes.choose_across_sizes`).
     """
     instances = [make_method(m) for m in (DEFAULT_METHODS if methods is None else methods)]
     if not instances:
@@ -173,6 +227,22 @@ def reorder_for_peak_memory(
         if peak < best_peak:
             best_order, best_peak, best_method = list(order), peak, name
             optimal = best_peak <= bound
+    sizes = None
+    if graph.symbols:
+        elsewhere = _orders_at_other_points(graph, instances, started, max_seconds, notes, seconds)
+        for name, order in elsewhere.items():
+            orders[name] = order
+            peaks[name] = estimate_peak_memory(graph, order).peak
+        sizes = choose_across_sizes(graph, orders, list(orders), inductor_reference(peaks))
+        if sizes.method != best_method:
+            lowest = f"the order of lowest estimate ({best_method}, {best_peak:,} B)"
+            notes = {key: f"about {lowest}: {note}" if key in peaks else note for key, note in notes.items()}
+            best_order, best_peak, best_method = orders[sizes.method], sizes.peak, sizes.method
+            optimal = best_peak <= bound
+            notes["across_sizes"] = sizes.note
+            log.info("%s: %s", graph.name, sizes.note)
     if optimal:
         bound = best_peak
-    return ReorderResult(list(best_order), best_peak, best_method, peaks, seconds, bound, optimal, notes, orders)
+    return ReorderResult(list(best_order), best_peak, best_method, peaks, seconds, bound, optimal, notes, orders,
+                         sizes.points if sizes else {}, sizes.peaks_at if sizes else {},
+                         sizes.reference if sizes else None)
