@@ -11,12 +11,13 @@ and ``Scheduler.decide_inplace_update``, torch 2.13):
 * **reuse pool**: a buffer that dies goes into a pool keyed by its storage
   size (and dtype and device, which bytes stand for here); a later allocation
   of that size takes the most recently pooled one, and between the free and
-  the reuse the storage stays allocated. Inductor allows a reuse when it
-  comes right after the free or when holding the storage keeps its own
-  estimate under that estimate's peak; its estimate counts every buffer of
-  a fused kernel at once and both buffers of an in-place update, so it is
-  well above what the code allocates and nearly every reuse passes. Here
-  every reuse is taken: the replay errs on the side of holding storage.
+  the reuse the storage stays allocated. Inductor takes a reuse when the
+  allocation comes right after the free, or when holding the storage
+  between them keeps its own estimate (``memory.py``'s live bytes per node,
+  :func:`~reorder.timeline.estimate_peak_memory` here) at or under that
+  estimate's peak, and then counts the held storage in its estimate
+  (``AllocateLine.should_reuse_buffer``, ``EfficientPeakEstimate``); a
+  refused reuse goes back to the pool and the new buffer is allocated.
 
 Only buffers the program allocated, and donated inputs (saved values the
 backward owns), can be handed on; views and multi-output parents cannot.
@@ -30,7 +31,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..graph import Graph
-from ..timeline import lifetimes
+from ..timeline import estimate_peak_memory
 
 __all__ = ["wrapper_peak"]
 
@@ -42,8 +43,10 @@ def wrapper_peak(graph: Graph, order: Sequence[int], generated: Sequence[bool], 
     such as matrix products never write in place); ``reusable[b]``: buffer
     ``b``'s storage may be handed to another buffer once ``b`` dies.
     """
-    life = lifetimes(graph, order)
+    estimate = estimate_peak_memory(graph, order)
+    life = estimate.lifetimes
     n = graph.num_nodes
+    estimated = list(estimate.live[:n])  # Inductor's estimate during each step, with the storage reuses hold
     allocates = list(graph.size_alloc)
     frees = [0 if graph.is_output[b] else graph.size_free[b] for b in range(graph.num_buffers)]
     handed = [False] * graph.num_buffers  # its storage went on to another buffer
@@ -63,7 +66,11 @@ def wrapper_peak(graph: Graph, order: Sequence[int], generated: Sequence[bool], 
                               and not graph.is_output[x] and 0.95 * graph.size_free[x] <= size <= graph.size_free[x]),
                              None)
             if taken is None and pool.get(size):
-                taken = pool[size].pop()
+                held = range(life.end[pool[size][-1]] + 1, step)  # steps its storage would be held through
+                if not held or size + max(estimated[t] for t in held) <= estimate.peak:
+                    taken = pool[size].pop()
+                    for t in held:
+                        estimated[t] += size
             if taken is not None:  # b lives in taken's storage: nothing allocated, taken's storage freed when b dies
                 handed[taken] = True
                 allocates[b] = 0
