@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from helpers import build, graph_specs, random_order
 from reorder.budget import (Frontier, StepNodeSpec, build_step_graph, cheapest_partition, frontier,
                             min_cut_source_side, partition_of, segment_boundaries, step_peak, wrapper_peak)
-from reorder.budget.frontier import Candidate
+from reorder.budget.frontier import RESOLUTION, Candidate
 from reorder.budget.step_peak import StepPeak, autograd_order, programs_of
 from reorder.errors import GraphError, ReorderError
 from reorder.timeline import estimate_peak_memory
@@ -297,8 +297,9 @@ def test_the_frontier_falls_and_the_choice_is_monotone():
     front = frontier(graph, stock.saved)
     costs = [p.cost for p in front.points]
     peaks = [p.peak.peak for p in front.points]
-    assert costs == sorted(costs) and all(a > b for a, b in zip(peaks, peaks[1:]))
-    assert peaks and peaks[0] < front.stock.peak.peak
+    step = int(RESOLUTION * front.stock.peak.peak)
+    assert costs == sorted(costs) and all(a - step > b for a, b in zip(peaks, peaks[1:]))
+    assert peaks and peaks[0] < front.stock.peak.peak - step
     chosen = [front.choose(budget) for budget in range(front.stock.peak.peak + 50, 0, -37)]
     assert all(a.candidate.peak.peak >= b.candidate.peak.peak for a, b in zip(chosen, chosen[1:]))
     assert chosen[0].is_stock and chosen[0].feasible
@@ -307,6 +308,19 @@ def test_the_frontier_falls_and_the_choice_is_monotone():
     with pytest.raises(ReorderError, match="memory budget 0"):
         front.choose(0)
 
+
+
+def test_a_point_joins_the_frontier_only_below_every_cheaper_one_by_the_resolution():
+    graph = layers(6)
+    stock = partition_of(graph, graph.ids(f"wide{k}" for k in range(6)) + graph.ids(["x"]))
+    fine = frontier(graph, stock.saved, resolution=0.0)
+    drops = [a.peak.peak - b.peak.peak for a, b in zip((fine.stock, *fine.points), fine.points)]
+    assert len(fine.points) >= 2 and min(drops) > 0
+    resolution = (min(drops) + 1) / fine.stock.peak.peak  # the smallest drop no longer counts
+    coarse = frontier(graph, stock.saved, resolution=resolution)
+    assert 0 < len(coarse.points) < len(fine.points)
+    assert {p.partition.saved for p in coarse.points} <= {p.partition.saved for p in fine.points}
+    assert coarse.lowest.peak.peak >= fine.lowest.peak.peak
 
 def test_a_frontier_without_points_keeps_stock_for_every_budget():
     graph = chain()
