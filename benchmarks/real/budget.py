@@ -207,9 +207,11 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(json.dumps(row) + "\n")
             peaks = {name: v["real_peak"] for name, v in row["variants"].items()}
             print(f"    {row['seconds']:.0f}s  real peaks {peaks}", file=sys.stderr, flush=True)
-    from .report import write_report
+    from .budget_report import inductor_table
+    from .report import write_between_markers, write_report
 
     write_report(RESULTS / "bench")
+    write_between_markers("budget-table", inductor_table())
     return 0
 
 

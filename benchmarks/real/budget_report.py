@@ -28,7 +28,7 @@ from reorder.inductor.session import PartitionRecord
 from ..variants import load_records
 from .report import IMAGES, RESULTS, Column, _left, markdown
 
-__all__ = ["BudgetRow", "budget_row", "budget_section", "plot_budget"]
+__all__ = ["BudgetRow", "budget_row", "budget_rows", "budget_section", "inductor_table", "plot_budget"]
 
 BUDGETS = RESULTS / "budget"
 
@@ -225,11 +225,23 @@ def plot_budget(row: BudgetRow, path: Path) -> bool:
     return True
 
 
+def budget_rows(folder: Path = BUDGETS) -> list[BudgetRow]:
+    """Every cached row, by model name."""
+    return [budget_row(json.loads(p.read_text())) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+
+
+def inductor_table(folder: Path = BUDGETS) -> list[str]:
+    """The table docs/inductor.md shows: the section's summary, one line per training row."""
+    rows = budget_rows(folder)
+    return ["Measured with `python -m benchmarks.real.budget` (docs/real-models.md has each row's fractions, "
+            "step times and a plot): the training step of every bench-size row, real peaks from the allocator's "
+            "events, ours and Inductor's `activation_memory_budget` at the same fractions, side by side in one "
+            "process.", "", *markdown(SUMMARY, rows)] if rows else []
+
+
 def budget_section(folder: Path = BUDGETS) -> list[str]:
     """The report's memory-budget section (empty without cached rows)."""
-    if not folder.is_dir():
-        return []
-    rows = [budget_row(json.loads(p.read_text())) for p in sorted(folder.glob("*.json"))]
+    rows = budget_rows(folder)
     if not rows:
         return []
     lines = ["## A memory budget for the training step", "",

@@ -369,16 +369,6 @@ def inductor_table() -> list[str]:
     return lines
 
 
-def write_inductor_table() -> None:
-    """Replace the table between docs/inductor.md's ``dynamic-table`` markers."""
-    doc = HERE.parents[1] / "docs" / "inductor.md"
-    text = doc.read_text()
-    start, end = "<!-- dynamic-table -->", "<!-- /dynamic-table -->"
-    head, rest = text.split(start, 1)
-    tail = rest.split(end, 1)[1]
-    doc.write_text(head + start + "\n" + "\n".join(inductor_table()) + "\n" + end + tail)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.real.dynamic", description=__doc__.splitlines()[0])
     parser.add_argument("--models", help=f"comma-separated (default: {', '.join(DYNAMIC_ROWS)})")
@@ -400,10 +390,10 @@ def main(argv: list[str] | None = None) -> int:
                  merge=lambda cached, new: {**new, "seconds": cached.get("seconds", 0.0) + new["seconds"]})
     elif not args.report_only:
         run_rows(cases, RESULTS, run_dynamic_case, args.again)
-    from .report import DOC, RESULTS as BENCH_RESULTS, write_report
+    from .report import DOC, RESULTS as BENCH_RESULTS, write_between_markers, write_report
 
     write_report(BENCH_RESULTS / "bench")
-    write_inductor_table()
+    write_between_markers("dynamic-table", inductor_table())
     print(f"dynamic section in {DOC.name} and its table in inductor.md: {len(_rows())} rows", file=sys.stderr)
     return 0
 

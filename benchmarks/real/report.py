@@ -31,6 +31,16 @@ ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "real-models.md"
 IMAGES = ROOT / "docs" / "img" / "real"
 
+
+def write_between_markers(name: str, lines: list[str], doc: Path = ROOT / "docs" / "inductor.md") -> None:
+    """Replace what stands between ``<!-- name -->`` and ``<!-- /name -->`` in ``doc`` with ``lines`` (the measured
+    tables docs/inductor.md shows)."""
+    text = doc.read_text()
+    start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+    head, rest = text.split(start, 1)
+    tail = rest.split(end, 1)[1]
+    doc.write_text(head + start + "\n" + "\n".join(lines) + "\n" + end + tail)
+
 #: PyTorch PR #134874's table lists these models; ours is set beside it.
 PR_134874 = ("DebertaV2ForQuestionAnswering", "AlbertForMaskedLM", "AlbertForQuestionAnswering",
              "MobileBertForQuestionAnswering")
