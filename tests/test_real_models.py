@@ -157,12 +157,16 @@ def test_budget_fractions_run_from_one_to_the_lowest_point_of_the_regions_that_h
 def test_budget_checks_of_a_known_row():
     from benchmarks.real.budget_report import budget_row, time_ratio
 
-    row = budget_row(budget_cached("BertForMaskedLM"))
-    assert [p.fraction for p in row.ours] == [1.0, 0.958, 0.916, 0.875, 0.833]
-    assert [p.real_peak for p in row.ours] == [42384424, 39893032, 38455336, 36492968, 35440296]
-    assert row.stock.real_peak == 42384424 and row.monotone and row.within_budget and row.full_not_above_stock
+    cached = budget_cached("ViTForImageClassification")
+    row = budget_row(cached)
+    assert [p.fraction for p in row.ours] == [1.0, 0.893, 0.787, 0.68, 0.574]
+    assert [p.real_peak for p in row.ours] == [9848648, 8873040, 5938224, 5938224, 5938224]
+    assert row.stock.real_peak == 10637776 and row.monotone and row.within_budget and row.full_not_above_stock
     assert all(p.feasible and p.real_peak <= p.budget_bytes * 1.02 for p in row.ours)
-    assert round(row.saving, 3) == 0.164 and row.lowest.fraction == 0.833
+    assert round(row.saving, 3) == 0.442 and row.lowest.fraction == 0.787
     theirs = row.inductor[0]
     best = row.dominating(theirs)
     assert best.real_peak <= theirs.real_peak and time_ratio(best, theirs) <= 1.05
+    # the checks can fail: a real peak 1% above the one before it as the budget falls is not monotone
+    cached["variants"]["ours 0.574"]["real_peak"] = int(5938224 * 1.01)
+    assert not budget_row(cached).monotone
