@@ -20,6 +20,7 @@ each labelled with its fraction, stock marked.
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,8 +111,6 @@ class BudgetRow:
 def time_ratio(ours: Point, theirs: Point) -> float:
     """The median over rounds of our step time over theirs in the same round (the ratio of medians where the
     rounds are not known)."""
-    import statistics
-
     if ours.step_times and len(ours.step_times) == len(theirs.step_times):
         return statistics.median(a / b for a, b in zip(ours.step_times, theirs.step_times))
     return ours.step_seconds / theirs.step_seconds
@@ -249,12 +248,14 @@ def budget_section(folder: Path = BUDGETS) -> list[str]:
              "`reorder.inductor.use(memory_budget=f)`; Inductor's: `torch._functorch.config.activation_memory_budget"
              " = f`; the fractions go from 1.0 down to the lowest estimate our partitioner reaches. Peaks are real "
              "(one step measured by `reorder.measure`), step times the median over alternating rounds in the same "
-             "process (each round calls every variant once). `monotone`: our real peak never rises as the budget falls (0.5% noise allowed); `within "
-             "budget`: every budget our records call met has a real peak at most 2% above it; `dominates`: for "
-             "every fraction Inductor ran at, one of our points has a real peak at or below its and a step at most "
-             "5% slower (the median over rounds of our time over Inductor's in the same round); `real vs est.`: our real peak against our estimate of it (the step's estimated peak in "
-             "our records; at 1.0 the partition is stock's and the reorder pass orders it); the largest "
-             "difference of the loss or any gradient to stock's is relative to each tensor's largest magnitude.", "", *markdown(SUMMARY, rows), ""]
+             "process (each round calls every variant once). `monotone`: our real peak never rises as the budget "
+             "falls (0.5% noise allowed); `within budget`: every budget our records call met has a real peak at "
+             "most 2% above it; `dominates`: for every fraction Inductor ran at, one of our points has a real peak "
+             "at or below its and a step at most 5% slower (the median over rounds of our time over Inductor's in "
+             "the same round); `real vs est.`: our real peak against our estimate of it (the step's estimated peak "
+             "in our records; at 1.0 the partition is stock's and the reorder pass orders it); the largest "
+             "difference of the loss or any gradient to stock's is relative to each tensor's largest magnitude.", "",
+             *markdown(SUMMARY, rows), ""]
     for row in rows:
         lines += _detail(row)
         path = IMAGES / f"budget-{row.model}.png"

@@ -144,9 +144,9 @@ def frontier(graph: StepGraph, stock_saved: Iterable[int], prices: Sequence[Frac
             continue
         seen.add(partition.saved)
         candidates.append(Candidate(partition, step_peak(graph, partition, methods, held_before), source))
-    step = int(resolution * stock.peak.peak)
+    least_drop = int(resolution * stock.peak.peak)
     points: list[Candidate] = []
     for candidate in sorted(candidates, key=lambda c: (c.cost, c.peak.peak)):
-        if candidate.peak.peak < (points[-1].peak.peak if points else stock.peak.peak) - step:
+        if candidate.peak.peak < (points[-1].peak.peak if points else stock.peak.peak) - least_drop:
             points.append(candidate)
     return Frontier(stock, tuple(points))

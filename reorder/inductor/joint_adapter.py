@@ -126,7 +126,8 @@ def _recomputable(node, op_types) -> bool:
     replayed = recompute_policy(node) in (CheckpointPolicy.MUST_RECOMPUTE, CheckpointPolicy.PREFER_RECOMPUTE)
     if random:  # fx calls random ops impure too: their own rule
         return replayed and not target._schema.is_mutable
-    return not (is_with_effects(node) or node.is_impure() or target._schema.is_mutable or is_non_builtin_to_include(node) or _must_be_in_forward(node)
+    return not (is_with_effects(node) or node.is_impure() or target._schema.is_mutable
+                or is_non_builtin_to_include(node) or _must_be_in_forward(node)
                 or recompute_policy(node) == CheckpointPolicy.MUST_SAVE)
 
 

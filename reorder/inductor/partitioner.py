@@ -196,8 +196,6 @@ def _inductor_partition(gm, joint_inputs, kwargs: dict, budget: float) -> tuple:
 def _min_cut_with_policies(gm, joint_inputs, kwargs: dict, graph, partition) -> tuple:
     """Inductor's min-cut partition of ``gm`` with our choice as checkpoint policies; the policies are taken off
     again afterwards (nodes with a policy of their own keep it)."""
-    from torch._functorch import config as functorch_config
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
     from torch.utils.checkpoint import CheckpointPolicy
 
     recomputed = {graph.node_names[v] for v in partition.recomputed}
@@ -215,8 +213,7 @@ def _min_cut_with_policies(gm, joint_inputs, kwargs: dict, graph, partition) -> 
             continue
         marked.append(node.name)
     try:
-        with functorch_config.patch(activation_memory_budget=1.0):
-            return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+        return _inductor_partition(gm, joint_inputs, kwargs, 1.0)
     finally:
         names = set(marked)
         for node in gm.graph.nodes:
