@@ -65,6 +65,37 @@ def test_a_partitioner_the_user_set_is_not_replaced(monkeypatch):
     assert config.custom_partitioner_fn is users and config._post_fusion_custom_pass is None  # nothing installed
 
 
+def test_a_budget_turns_the_fusion_guard_on_unless_told_otherwise():
+    import torch._inductor.config as config
+
+    assert HookOptions(memory_budget=0.5).guards_fusions and HookOptions(memory_budget=1 << 20).guards_fusions
+    assert not HookOptions().guards_fusions and HookOptions(fusion_guard=True).guards_fusions
+    assert not HookOptions(memory_budget=0.5, fusion_guard=False).guards_fusions
+    with pytest.raises(ReorderError, match=r"fusion_guard='yes': expected True or False \(or None"):
+        HookOptions(fusion_guard="yes")
+    with hook.use(memory_budget=0.5):
+        assert config.inductor_choices_class is not None
+    with hook.use(memory_budget=0.5, fusion_guard=False):
+        assert config.inductor_choices_class is None
+    assert config.inductor_choices_class is None
+
+
+def test_the_guard_a_budget_turns_on_gives_way_to_the_users_choices(caplog):
+    import torch._inductor.config as config
+
+    def users_choices():
+        return None
+
+    with config.patch(inductor_choices_class=users_choices), caplog.at_level(logging.WARNING, logger="reorder"):
+        with hook.use(memory_budget=0.5):
+            assert config.inductor_choices_class is users_choices
+            assert isinstance(config.custom_partitioner_fn, BudgetPartitioner)
+        assert "the fusion guard that a memory budget turns on is off" in caplog.text
+        with pytest.raises(ReorderError, match="fusion_guard=True: Inductor's choices are already set"):
+            hook.install(memory_budget=0.5, fusion_guard=True)
+        assert config.inductor_choices_class is users_choices
+
+
 # --- the partitioner on joint graphs (AOTAutograd without Inductor: fast, numbers computed as traced) -----------------
 
 

@@ -29,7 +29,7 @@ from reorder.inductor.session import PartitionRecord
 from ..variants import load_records
 from .report import IMAGES, RESULTS, Column, _left, markdown
 
-__all__ = ["BudgetRow", "budget_row", "budget_rows", "budget_section", "inductor_table", "plot_budget"]
+__all__ = ["BudgetRow", "budget_row", "budget_rows", "budget_section", "inductor_table", "plot_budget", "step_figures"]
 
 BUDGETS = RESULTS / "budget"
 
@@ -116,16 +116,25 @@ def time_ratio(ours: Point, theirs: Point) -> float:
     return ours.step_seconds / theirs.step_seconds
 
 
+def step_figures(partitions: list[PartitionRecord]) -> dict:
+    """The step's byte budget, estimated peak and feasibility from the records of its regions.
+
+    Each region's ``peak`` already counts what earlier regions hold (``held_before``), so the step's estimated
+    peak is the highest of them; a fraction's bytes are the fraction of each region's stock peak, so the step's
+    are those of the region whose stock peak is highest (the step's stock estimate), the highest of them (an
+    int budget gives every region the same bytes). The step meets its budget when every region meets its own."""
+    return {"budget_bytes": max(r.budget_bytes for r in partitions), "estimate": max(r.peak for r in partitions),
+            "feasible": all(r.feasible for r in partitions)}
+
+
 def budget_row(row: dict) -> BudgetRow:
     """A cached row (``benchmarks/real/results/budget/<model>.json``) as a :class:`BudgetRow`."""
     points = []
     for name, v in row["variants"].items():
         partitions = [r for r in load_records(v) if isinstance(r, PartitionRecord)]
         extra = {}
-        if partitions:  # a step of several regions: its tightest region speaks for it
-            tight = max(partitions, key=lambda r: r.peak / r.budget_bytes)
-            extra = {"budget_bytes": tight.budget_bytes, "estimate": tight.peak,
-                     "feasible": all(r.feasible for r in partitions)}
+        if partitions:  # a step of several regions: the step's figures (:func:`step_figures`)
+            extra = step_figures(partitions)
         points.append(Point(name, v["kind"], v["fraction"], v["real_peak"], v["step_seconds"],
                             v["difference_to_stock"], tuple(v.get("step_times", ())), **extra))
     by_fraction = lambda p: -(p.fraction or 0.0)  # noqa: E731

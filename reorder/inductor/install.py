@@ -11,7 +11,8 @@ already) unless ``keep_inductor_pass``, and becomes our fallback;
 capturing turns Inductor's caches off, since a cache hit skips every
 scheduler pass and would capture nothing. ``slab=True`` also patches the
 wrapper's memory passes (:mod:`~reorder.inductor.slab`), so intermediate
-buffers become views of pools at our offsets. ``fusion_guard=True`` sets
+buffers become views of pools at our offsets. The fusion guard
+(``fusion_guard=True``, or a ``memory_budget`` with ``fusion_guard`` left None) sets
 ``config.inductor_choices_class`` to a factory of
 :class:`~reorder.inductor.fusion_guard.FusionGuard`. ``memory_budget`` sets
 ``config.custom_partitioner_fn`` to a
@@ -68,17 +69,23 @@ def install(options: HookOptions | None = None, **fields) -> Session:
     ``fields`` replace its fields by name (``install(slab=True)``); an unknown
     name raises :class:`~reorder.errors.ReorderError` listing the valid ones.
     ``fusion_guard=True`` refuses (:class:`~reorder.errors.ReorderError`) to
-    replace a choices class the user already set, and ``memory_budget`` a
-    partitioner (``config.custom_partitioner_fn``) the user already set.
+    replace a choices class the user already set (the guard a memory budget
+    turns on by itself gives way to it, with a warning), and ``memory_budget``
+    a partitioner (``config.custom_partitioner_fn``) the user already set.
     """
     from torch._inductor import config
 
     options = HookOptions.build(options, **fields)
     saved = {key: getattr(config, key) for key in _KEYS}
-    if options.fusion_guard and (saved["inductor_choices_class"] is not None or users_choices_handler() is not None):
-        users = saved["inductor_choices_class"] or users_choices_handler()
-        raise ReorderError(f"hook option fusion_guard=True: Inductor's choices are already set ({users!r}); "
-                           f"the guard would replace them")
+    users_choices = saved["inductor_choices_class"] or users_choices_handler()
+    guard = options.guards_fusions
+    if guard and users_choices is not None:
+        if options.fusion_guard:
+            raise ReorderError(f"hook option fusion_guard=True: Inductor's choices are already set "
+                               f"({users_choices!r}); the guard would replace them")
+        log.warning("reorder: the fusion guard that a memory budget turns on is off: Inductor's choices are "
+                    "already set (%r); real peaks may then exceed the budget's estimate", users_choices)
+        guard = False
     if options.memory_budget is not None and saved["custom_partitioner_fn"] is not None:
         raise ReorderError(f"hook option memory_budget={options.memory_budget!r}: Inductor's partitioner is already "
                            f"set (config.custom_partitioner_fn={saved['custom_partitioner_fn']!r}); the budget "
@@ -98,7 +105,7 @@ def install(options: HookOptions | None = None, **fields) -> Session:
         if not saved["force_disable_caches"]:
             log.info("reorder: Inductor's caches are off while capturing (a cache hit would skip the pass)")
         config.force_disable_caches = True
-    if options.fusion_guard:
+    if guard:
         config.inductor_choices_class = choices_factory(session, options.fusion_slack_bytes,
                                                         options.fusion_slack_fraction)
         forget_cached_choices()
