@@ -171,6 +171,7 @@ def test_budget_checks_of_a_known_row():
     cached["variants"]["ours 0.574"]["real_peak"] = int(5041040 * 1.01)
     assert not budget_row(cached).monotone
 
+
 def test_a_step_of_two_regions_is_judged_by_the_region_where_its_estimate_peaks():
     """GPT-2's step is compiled in two regions: the model (387 nodes) and the loss (45 nodes), which runs while
     the model's saved values are held (``held_before``) and peaks higher. The step's budget and estimate are the

@@ -128,10 +128,12 @@ class HookOptions:
             if not isinstance(self.capture_dir, (str, os.PathLike)):
                 raise ReorderError(f"hook option capture_dir={self.capture_dir!r}: expected a folder path")
             object.__setattr__(self, "capture_dir", Path(self.capture_dir))
-        for name in ("keep_inductor_pass", "compare", "slab", "poison", "fusion_guard"):
-            if not isinstance(getattr(self, name), bool) and not (name == "fusion_guard" and self.fusion_guard is None):
-                raise ReorderError(f"hook option {name}={getattr(self, name)!r}: expected True or False"
-                                   + (" (or None: on with a memory_budget)" if name == "fusion_guard" else ""))
+        for name in ("keep_inductor_pass", "compare", "slab", "poison"):
+            if not isinstance(getattr(self, name), bool):
+                raise ReorderError(f"hook option {name}={getattr(self, name)!r}: expected True or False")
+        if self.fusion_guard is not None and not isinstance(self.fusion_guard, bool):
+            raise ReorderError(f"hook option fusion_guard={self.fusion_guard!r}: expected True or False "
+                               f"(or None: on with a memory_budget)")
         if isinstance(self.max_seconds, bool) or not isinstance(self.max_seconds, (int, float)) \
                 or not self.max_seconds > 0:
             raise ReorderError(f"hook option max_seconds={self.max_seconds!r}: expected a number of seconds > 0")
