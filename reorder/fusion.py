@@ -295,6 +295,11 @@ def reordered_fusion_peak(graph: Graph, first: int, second: int, best_peak: int,
     return FusionCheck(best_peak, peak, len(methods) * (fused.num_nodes + fused.num_edges))
 
 
-def should_block(check: FusionCheck, slack_bytes: int = 0, slack_fraction: float = 0.0) -> bool:
-    """Block a fusion only when it raises the peak by more than both slacks (bytes, and fraction of the peak)."""
-    return check.rise > max(slack_bytes, slack_fraction * check.peak)
+def should_block(check: FusionCheck, slack_bytes: int = 0, slack_fraction: float = 0.0,
+                 ceiling: int | None = None) -> bool:
+    """Block a fusion when it raises the peak by more than both slacks (bytes, and fraction of the peak), or,
+    given a ``ceiling``, when it raises the peak at all above the ceiling: fusions that are each within the
+    slack can otherwise add up, each judged against the peak the ones before it raised."""
+    if check.rise > max(slack_bytes, slack_fraction * check.peak):
+        return True
+    return ceiling is not None and check.rise > 0 and check.fused_peak > ceiling

@@ -74,7 +74,9 @@ def test_a_budget_turns_the_fusion_guard_on_unless_told_otherwise():
     with pytest.raises(ReorderError, match=r"fusion_guard='yes': expected True or False \(or None"):
         HookOptions(fusion_guard="yes")
     with hook.use(memory_budget=0.5):
-        assert config.inductor_choices_class is not None
+        assert config.inductor_choices_class().hold_unfused_peak  # the peak the budget's estimate assumed
+    with hook.use(fusion_guard=True):
+        assert not config.inductor_choices_class().hold_unfused_peak
     with hook.use(memory_budget=0.5, fusion_guard=False):
         assert config.inductor_choices_class is None
     assert config.inductor_choices_class is None

@@ -54,6 +54,17 @@ def test_fusing_into_an_accumulation_keeps_the_matmul_outputs_alive():
     assert should_block(second, slack_fraction=0.3) and not should_block(second, slack_fraction=1 / 3)
 
 
+def test_a_ceiling_blocks_any_rise_above_it_however_small():
+    graph = accumulation()
+    once = fused_graph(graph, fusion_groups(graph, graph.node_id("add0"), graph.node_id("add1")))
+    check = fusion_peak(PeakProfile.of(once), once.node_id("add0+add1"), once.node_id("add2"))
+    assert (check.peak, check.fused_peak) == (3 * MB, 4 * MB)
+    assert not should_block(check, slack_bytes=MB) and not should_block(check, slack_bytes=MB, ceiling=4 * MB)
+    assert should_block(check, slack_bytes=MB, ceiling=4 * MB - 1)
+    level = fusion_peak(PeakProfile.of(graph), graph.node_id("add0"), graph.node_id("add1"))
+    assert level.rise == 0 and not should_block(level, ceiling=MB)  # no rise: never blocked, even above it
+
+
 def test_a_harmless_vertical_fusion_lowers_the_peak():
     nodes = [
         NodeSpec("a", [BufferSpec("a0", 400)], reads=["x"]),

@@ -22,7 +22,7 @@ def test_uuid_changes_with_the_guards_options_and_enters_inductors_cache_key():
     base = FusionGuard().uuid()
     assert FusionGuard().uuid() == base
     assert len({base, FusionGuard(slack_bytes=4096).uuid(), FusionGuard(slack_fraction=0.05).uuid(),
-                FusionGuard(max_work=10).uuid()}) == 4
+                FusionGuard(max_work=10).uuid(), FusionGuard(hold_unfused_peak=True).uuid()}) == 5
     assert config.inductor_choices_class is None
     keys = []
     for slack in (0, 4096):
@@ -35,19 +35,22 @@ def test_uuid_changes_with_the_guards_options_and_enters_inductors_cache_key():
     assert config.inductor_choices_class is None  # restored exactly
 
 
-def test_inductor_can_copy_its_configuration_while_a_guard_holds_a_graphs_state():
+@pytest.mark.parametrize("budget", [None, 0.5])
+def test_inductor_can_copy_its_configuration_while_a_guard_holds_a_graphs_state(budget):
     import copy
     import pickle
 
     import torch._inductor.config as config
 
-    with hook.use(fusion_guard=True, fusion_slack_fraction=0.1) as session:
+    with hook.use(fusion_guard=True, fusion_slack_fraction=0.1, memory_budget=budget) as session:
         guard = config.inductor_choices_class()
+        assert guard.hold_unfused_peak == (budget is not None)
         guard._view = (x for x in ())  # stands for a compile's state: neither copyable nor picklable
         assert "inductor_choices_class" in config.codegen_config()  # deep-copies every value
         pickle.dumps(config.get_config_copy())  # the pass and the guard's factory hold the session's token only
         for clone in (copy.deepcopy(guard), pickle.loads(pickle.dumps(guard))):
             assert clone.uuid() == guard.uuid() and clone._view is None
+            assert clone.hold_unfused_peak == guard.hold_unfused_peak
             assert Session.find(clone.session_token) is session
 
 
@@ -101,6 +104,68 @@ def test_a_graph_the_guard_was_never_asked_about_still_gets_a_record():
                                                                                  ("g1", 0, (), None)]
     FusionGuard().finish(first, "nobody's")  # a guard without a session records nothing
     assert len(session) == 2
+
+
+class FakeNode:
+    """A scheduler node as the guard sees it: its name and the operations it holds."""
+
+    def __init__(self, names):
+        self.names = tuple(names)
+
+    def get_name(self):
+        return "_".join(self.names)
+
+    def get_operation_names(self):
+        return set(self.names)
+
+
+class FakeScheduler:
+    """What the guard reads of Inductor's scheduler: the fused node of each operation."""
+
+    def __init__(self, names):
+        self.name_to_fused_node = {name: FakeNode([name]) for name in names}
+
+    def get_fused_node(self, node):
+        return self.name_to_fused_node[next(iter(node.get_operation_names()))]
+
+    def fuse(self, node1, node2):
+        fused = FakeNode(node1.names + node2.names)
+        for name in fused.names:
+            self.name_to_fused_node[name] = fused
+        return fused
+
+
+@pytest.mark.parametrize("hold, allowed, peak", [(False, [True, True, True], 5), (True, [True, True, False], 4)])
+def test_rises_within_the_slack_add_up_unless_the_unfused_peak_is_held(hold, allowed, peak):
+    """``total += relu(mm(x, w[i]))``: fusing the adds into one kernel holds one more matmul output per add, a
+    rise of 1 MB each time, within a slack of 1 MB; held at the unfused peak (3 MB) plus the slack, the third
+    fusion is refused."""
+    from test_fusion import MB, accumulation
+
+    from reorder.fusion import PeakProfile, fused_graph, ranked_order
+    from reorder.inductor.fusion_guard import _SchedulerView
+
+    graph = accumulation(4)
+    scheduler = FakeScheduler(graph.node_names)
+    guard = FusionGuard(slack_bytes=MB, slack_fraction=0.0, hold_unfused_peak=hold)
+    view = guard._view = _SchedulerView(scheduler)
+    view.base, view.base_of_op = graph, {name: v for v, name in enumerate(graph.node_names)}
+    view.rank = list(range(graph.num_nodes))  # the unfused peak (3 MB) the guard finds itself
+    answers = []
+    node = scheduler.name_to_fused_node["add0"]
+    for i in (1, 2, 3):
+        other = scheduler.name_to_fused_node[f"add{i}"]
+        answers.append(guard.allows(scheduler, node, other))
+        if answers[-1]:
+            node = scheduler.fuse(node, other)
+    assert answers == allowed
+    groups = list(dict.fromkeys(scheduler.name_to_fused_node[name] for name in graph.node_names))
+    groups = [sorted(graph.node_id(name) for name in group.names) for group in groups]
+    fused = fused_graph(graph, [groups[i] for i in ranked_order(graph, groups, view.rank)])
+    assert PeakProfile.of(fused).timeline.peak == peak * MB
+    assert guard.finish(scheduler, "accumulation").blocked == (() if not hold else
+                                                               ({"nodes": ["add0_add1_add2", "add3"], "peak": 4 * MB,
+                                                                 "fused_peak": 5 * MB, "bytes": MB},))
 
 
 def compiled_peak(name, guard):

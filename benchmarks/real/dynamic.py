@@ -39,6 +39,7 @@ import argparse
 import copy
 import gc
 import json
+import shutil
 import sys
 import time
 import warnings
@@ -189,6 +190,8 @@ def run_dynamic_case(name: str, mode: str) -> dict:
     outputs: dict[str, dict[int, list[torch.Tensor]]] = {}
     for variant in VARIANTS:
         capture = GRAPHS / f"{name}_{mode}" if variant == "hook" else None
+        if capture is not None:
+            shutil.rmtree(capture, ignore_errors=True)  # the graphs of an earlier run are not this run's
         t0 = time.perf_counter()
         stepper = Stepper(base, mode, dynamic=True)
         before = _unique_graphs()

@@ -16,7 +16,10 @@ buffers become views of pools at our offsets. The fusion guard
 ``config.inductor_choices_class`` to a factory of
 :class:`~reorder.inductor.fusion_guard.FusionGuard`. ``memory_budget`` sets
 ``config.custom_partitioner_fn`` to a
-:class:`~reorder.inductor.partitioner.BudgetPartitioner`. :func:`uninstall`
+:class:`~reorder.inductor.partitioner.BudgetPartitioner`. ``scalar_aliases``
+(on by default) appends :class:`~reorder.inductor.scalar_aliases.ScalarAliases`
+to the user's ``config.joint_custom_post_pass``, after theirs (once, when
+installations nest). :func:`uninstall`
 puts back exactly what the matching :func:`install` found.
 
 Inductor's configuration is per thread (each value is a ``ContextVar``), so
@@ -37,6 +40,7 @@ from .adapter import fx_graph_cache_hits
 from .fusion_guard import choices_factory, forget_cached_choices, users_choices_handler
 from .partitioner import BudgetPartitioner
 from .reorder_pass import ReorderPass
+from .scalar_aliases import ScalarAliases
 from .session import HookOptions, Session
 from .slab import install_codegen, uninstall_codegen
 
@@ -46,7 +50,7 @@ log = logging.getLogger("reorder")
 
 #: The Inductor settings an installation may change.
 _KEYS = ("_post_fusion_custom_pass", "reorder_for_peak_memory", "force_disable_caches", "inductor_choices_class",
-         "custom_partitioner_fn")
+         "custom_partitioner_fn", "joint_custom_post_pass")
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ def install(options: HookOptions | None = None, **fields) -> Session:
     a partitioner (``config.custom_partitioner_fn``) the user already set.
     """
     from torch._inductor import config
+    from torch._inductor.custom_graph_pass import get_custom_graph_passes
 
     options = HookOptions.build(options, **fields)
     saved = {key: getattr(config, key) for key in _KEYS}
@@ -107,10 +112,14 @@ def install(options: HookOptions | None = None, **fields) -> Session:
         config.force_disable_caches = True
     if guard:
         config.inductor_choices_class = choices_factory(session, options.fusion_slack_bytes,
-                                                        options.fusion_slack_fraction)
+                                                        options.fusion_slack_fraction,
+                                                        hold_unfused_peak=options.memory_budget is not None)
         forget_cached_choices()
     if options.memory_budget is not None:
         config.custom_partitioner_fn = BudgetPartitioner(session)
+    joint_passes = get_custom_graph_passes(saved["joint_custom_post_pass"])
+    if options.scalar_aliases and not any(isinstance(p, ScalarAliases) for p in joint_passes):
+        config.joint_custom_post_pass = [*joint_passes, ScalarAliases()]
     return session
 
 

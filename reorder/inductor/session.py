@@ -85,6 +85,10 @@ class HookOptions:
         is bytes above the step's start, a ``float`` in (0, 1] a fraction of
         the estimated step peak of Inductor's own partition. None leaves the
         partition to Inductor.
+    scalar_aliases: in joint graphs, give each later reader of a scalar computed
+        from an unspecialized float input its own alias of it, so that under
+        ``dynamic=True`` the forward saves what a static compile saves
+        (:class:`~reorder.inductor.scalar_aliases.ScalarAliases`).
     """
 
     methods: tuple[str, ...] | None = None
@@ -98,6 +102,7 @@ class HookOptions:
     fusion_slack_bytes: int = 0
     fusion_slack_fraction: float = 0.01
     memory_budget: int | float | None = None
+    scalar_aliases: bool = True
 
     @classmethod
     def build(cls, options: HookOptions | None = None, **fields) -> HookOptions:
@@ -128,7 +133,7 @@ class HookOptions:
             if not isinstance(self.capture_dir, (str, os.PathLike)):
                 raise ReorderError(f"hook option capture_dir={self.capture_dir!r}: expected a folder path")
             object.__setattr__(self, "capture_dir", Path(self.capture_dir))
-        for name in ("keep_inductor_pass", "compare", "slab", "poison"):
+        for name in ("keep_inductor_pass", "compare", "slab", "poison", "scalar_aliases"):
             if not isinstance(getattr(self, name), bool):
                 raise ReorderError(f"hook option {name}={getattr(self, name)!r}: expected True or False")
         if self.fusion_guard is not None and not isinstance(self.fusion_guard, bool):
@@ -160,7 +165,8 @@ class HookOptions:
         The budget's step model judges each program as if no fusion raised its peak, but a fusion may pull a
         recomputed node up to an early kernel that shares its reads, and hold its output until the late use
         (on DeBERTa-v2's step at 0.489 of stock's estimate: 14.47 MB measured against an estimated 11.76 MB;
-        11.70 MB with the guard). The guard refuses exactly the fusions that raise a graph's estimated peak."""
+        11.70 MB with the guard). The guard refuses exactly the fusions that raise a graph's estimated peak, and
+        under a budget any rise above the unfused graph's peak (``hold_unfused_peak``), which the estimate assumed."""
         return self.memory_budget is not None if self.fusion_guard is None else self.fusion_guard
 
     def uuid(self) -> str:
