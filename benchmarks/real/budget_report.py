@@ -107,11 +107,11 @@ class BudgetRow:
 
     @property
     def largest_difference(self) -> float:
-        return max((p.difference_to_stock or 0.0 for p in (*self.ours, *self.inductor)), default=0.0)
+        return _largest_difference((*self.ours, *self.inductor))
 
     @property
     def our_largest_difference(self) -> float:
-        return max((p.difference_to_stock or 0.0 for p in self.ours), default=0.0)
+        return _largest_difference(self.ours)
 
     @property
     def as_close_as_eager(self) -> bool | None:
@@ -119,6 +119,11 @@ class BudgetRow:
         benchmark's main table states for that model: two correct programs of the same step differ that much);
         None where that row was not measured."""
         return None if self.eager_difference is None else self.our_largest_difference <= self.eager_difference
+
+
+def _largest_difference(points) -> float:
+    """The largest difference of the loss or a gradient to stock's over ``points`` (0 where none was measured)."""
+    return max((p.difference_to_stock or 0.0 for p in points), default=0.0)
 
 
 def time_ratio(ours: Point, theirs: Point) -> float:

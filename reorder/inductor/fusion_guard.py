@@ -132,6 +132,11 @@ class _SchedulerView:
             self.rank[v] = step
         return self.base.num_nodes + self.base.num_edges
 
+    def confirmed_peak(self, graph) -> int:
+        """The lowest peak the confirming methods find for ``graph``; their work goes on the count."""
+        self.work += len(CONFIRM_METHODS) * (graph.num_nodes + graph.num_edges)
+        return reorder_for_peak_memory(graph, CONFIRM_METHODS).peak
+
     def stale(self, node1, node2) -> bool:
         scheduler = self.scheduler()
         last = self.last_allowed
@@ -246,8 +251,7 @@ class FusionGuard(_inductor_choices_base()):
                 if not allowed:  # confirm: does the rise survive the reorder pass that runs after fusion?
                     graph = view.profile.graph
                     if view.best_peak is None:
-                        view.best_peak = reorder_for_peak_memory(graph, CONFIRM_METHODS).peak
-                        view.work += len(CONFIRM_METHODS) * (graph.num_nodes + graph.num_edges)
+                        view.best_peak = view.confirmed_peak(graph)
                     check = reordered_fusion_peak(graph, *key, view.best_peak)
                     view.work += check.work
                     allowed = not should_block(check, self.slack_bytes, self.slack_fraction, ceiling)
@@ -280,8 +284,7 @@ class FusionGuard(_inductor_choices_base()):
         if not self.hold_unfused_peak:
             return None
         if view.unfused_peak is None:
-            view.unfused_peak = reorder_for_peak_memory(view.base, CONFIRM_METHODS).peak
-            view.work += len(CONFIRM_METHODS) * (view.base.num_nodes + view.base.num_edges)
+            view.unfused_peak = view.confirmed_peak(view.base)
         return view.unfused_peak + int(max(self.slack_bytes, self.slack_fraction * view.unfused_peak))
 
     def finish(self, scheduler, graph: str) -> GuardRecord:

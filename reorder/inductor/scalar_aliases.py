@@ -42,11 +42,15 @@ def _scalar(node: torch.fx.Node) -> bool:
     return isinstance(value, torch.Tensor) and all(type(d) is int and d == 1 for d in value.shape)
 
 
+def _reads_only(node: torch.fx.Node) -> bool:
+    """An operator call that writes none of its inputs."""
+    return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+            and not node.target._schema.is_mutable)
+
+
 def _pure(node: torch.fx.Node) -> bool:
     """An op whose result depends on its arguments only: neither random nor writing its inputs."""
-    target = node.target
-    return (node.op == "call_function" and isinstance(target, torch._ops.OpOverload)
-            and not target._schema.is_mutable and torch.Tag.nondeterministic_seeded not in target.tags)
+    return _reads_only(node) and torch.Tag.nondeterministic_seeded not in node.target.tags
 
 
 def scalar_inputs_derived(graph: torch.fx.Graph) -> list[torch.fx.Node]:
@@ -65,16 +69,17 @@ def scalar_inputs_derived(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     return [node for node in graph.nodes if node in derived]
 
 
-def merge_identical_scalars(graph: torch.fx.Graph) -> int:
-    """Merge pure one-element computations of the float inputs' scalars that repeat one another (the same op on
-    the same inputs), and the constants that feed them, as Inductor's partitioner will before it partitions
-    (``fx_graph_cse``), so that the readers :class:`ScalarAliases` sees are those the partitioner will see.
+def merge_identical_scalars(graph: torch.fx.Graph, scalars: list[torch.fx.Node]) -> list[torch.fx.Node]:
+    """Merge pure one-element computations of the float inputs' ``scalars`` (:func:`scalar_inputs_derived`)
+    that repeat one another (the same op on the same inputs), and the constants that feed them, as Inductor's
+    partitioner will before it partitions (``fx_graph_cse``), so that the readers :class:`ScalarAliases` sees are
+    those the partitioner will see.
 
     Nothing returned by the graph or written in place is merged, and no uninitialised tensor (``empty``): two
-    of those are two storages. Returns how many nodes were merged away."""
-    derived = set(scalar_inputs_derived(graph))
+    of those are two storages. Returns the scalars left, in graph order."""
+    derived = set(scalars)
     first: dict[tuple, torch.fx.Node] = {}
-    merged = 0
+    merged: set[torch.fx.Node] = set()
     for node in list(graph.nodes):
         if not (_scalar(node) and _pure(node) and "empty" not in node.target.__name__
                 and all(_scalar(i) for i in node.all_input_nodes)
@@ -87,19 +92,16 @@ def merge_identical_scalars(graph: torch.fx.Graph) -> int:
         if key in first:
             node.replace_all_uses_with(first[key])
             graph.erase_node(node)
-            merged += 1
+            merged.add(node)
         else:
             first[key] = node
-    return merged
+    return [node for node in scalars if node not in merged]
 
 
 def _keeps_its_own_storage(user: torch.fx.Node) -> bool:
     """A reader after which two merged nodes are indistinguishable: an op that neither writes its inputs nor
     returns a view of them, and not the graph's output (two returned tensors are two storages)."""
-    if user.op != "call_function" or not isinstance(user.target, torch._ops.OpOverload):
-        return False
-    schema = user.target._schema
-    return not schema.is_mutable and all(r.alias_info is None for r in schema.returns)
+    return _reads_only(user) and all(r.alias_info is None for r in user.target._schema.returns)
 
 
 def _hashable(value):
@@ -120,10 +122,10 @@ class ScalarAliases(CustomGraphPass):
         if not any(node.op == "placeholder" and node.name.startswith("tangents") for node in graph.nodes):
             return  # not a joint graph: nothing is partitioned
         try:
-            if not scalar_inputs_derived(graph):
+            scalars = scalar_inputs_derived(graph)
+            if not scalars:
                 return
-            merge_identical_scalars(graph)
-            readers = self.readers(graph)
+            readers = self.readers(graph, merge_identical_scalars(graph, scalars))
         except Exception as error:  # never fail the user's compile: the partition is then Inductor's own
             log.warning("reorder: scalar aliases skipped (%s: %s)", type(error).__name__, error)
             return
@@ -143,18 +145,15 @@ class ScalarAliases(CustomGraphPass):
                      aliased, len(readers))
 
     @staticmethod
-    def readers(graph: torch.fx.Graph) -> dict[torch.fx.Node, list[torch.fx.Node]]:
-        """For each scalar derived from float inputs, the readers that get an alias: every reader that is not
-        itself such a scalar, after the first in graph order (ops that write their inputs keep the node)."""
-        scalars = scalar_inputs_derived(graph)
+    def readers(graph: torch.fx.Graph, scalars: list[torch.fx.Node]) -> dict[torch.fx.Node, list[torch.fx.Node]]:
+        """For each of the ``scalars`` derived from float inputs, the readers that get an alias: every reader that
+        is not itself such a scalar, after the first in graph order (ops that write their inputs keep the node)."""
         inner = set(scalars)
         position = {node: i for i, node in enumerate(graph.nodes)}
         readers = {}
         for scalar in scalars:
-            ordered = sorted((user for user in scalar.users
-                              if user not in inner and user.op == "call_function"
-                              and isinstance(user.target, torch._ops.OpOverload)
-                              and not user.target._schema.is_mutable), key=position.__getitem__)
+            ordered = sorted((user for user in scalar.users if user not in inner and _reads_only(user)),
+                             key=position.__getitem__)
             if len(ordered) > 1:
                 readers[scalar] = ordered[1:]
         return readers
