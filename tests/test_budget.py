@@ -197,6 +197,38 @@ def test_a_generated_kernel_writes_in_place_into_an_input_that_dies_there():
     assert forward.peak() == 404  # b takes a's storage
 
 
+def scratch_chain(conv_scratch: int, conv_scratch_channels_last: int):
+    """x -> a = conv(x) -> loss; the backward's conv_bw reads a and has scratch of its own."""
+    return build_step_graph([
+        StepNodeSpec("x", "primal", bytes=400),
+        StepNodeSpec("a", "forward", ["x"], bytes=400, cost=100_000, scratch=50, scratch_channels_last=70,
+                     sets_channels_last=True),
+        StepNodeSpec("loss", "forward", ["a"], bytes=4, fusible=True, cost=100),
+        StepNodeSpec("t", "tangent", bytes=4),
+        StepNodeSpec("gx", "backward", ["t", "a", "x"], bytes=400, cost=100_000, scratch=conv_scratch,
+                     scratch_channels_last=conv_scratch_channels_last),
+    ], ["loss"], ["gx"], name="scratch")
+
+
+def test_a_kernels_scratch_adds_to_its_step_in_its_programs_layout():
+    graph = scratch_chain(300, 5000)
+    saving = step_peak(graph, partition_of(graph, graph.ids(["a", "x"])))
+    # forward runs the convolution (channels-last): a 400 + its scratch 70 while it runs; then a + loss: 404.
+    # backward runs no convolution (plain layout): a and t (404), gx 400 + its scratch 300 = 1104.
+    assert (saving.forward, saving.backward) == (470, 1104)
+    recomputing = step_peak(graph, partition_of(graph, graph.ids(["x"])))
+    # the backward recomputes a: it runs a convolution, so gx's scratch is its channels-last 5000:
+    # t 4, a 400 (+70 while it runs), gx 400 + 5000
+    assert recomputing.backward == 5804
+    without = step_peak(scratch_chain(0, 0), partition_of(graph, graph.ids(["x"])))
+    assert without.backward == 804
+
+
+def test_step_graphs_refuse_negative_scratch():
+    with pytest.raises(GraphError, match="scratch must be >= 0"):
+        build_step_graph([StepNodeSpec("x", "primal", bytes=4, scratch=-1)], [], [])
+
+
 # --- the wrapper's buffer reuse -------------------------------------------------------------------------------------
 
 

@@ -31,7 +31,12 @@ nothing of torch: nodes in the joint graph's order, each with
   copy Inductor makes in another layout before using it (channels-last for
   convolutions), or an activation an earlier compiled region of the step
   handed over. The forward allocates (or receives) it at its start and frees
-  it after its last reader unless it saves it.
+  it after its last reader unless it saves it;
+* ``scratch``: bytes the node's kernel allocates and frees while it runs (an
+  extern kernel's workspace), and ``scratch_channels_last`` the same when its
+  program runs in channels-last, which a node that ``sets_channels_last``
+  (a convolution, where Inductor's layout optimisation applies) turns on for
+  the program that runs it.
 
 Built once from :class:`StepNodeSpec` values by :func:`build_step_graph`,
 validated, never changed; every fact is a tuple indexed by node id.
@@ -67,6 +72,9 @@ class StepNodeSpec:
     cost: int = 0
     available_to_backward: bool = False
     owned: bool = False
+    scratch: int = 0
+    scratch_channels_last: int = 0
+    sets_channels_last: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,6 +99,9 @@ class StepGraph:
     cost: tuple[int, ...]
     available_to_backward: tuple[bool, ...]
     owned: tuple[bool, ...]
+    scratch: tuple[int, ...]
+    scratch_channels_last: tuple[int, ...]
+    sets_channels_last: tuple[bool, ...]
     forward_outputs: tuple[int, ...]
     backward_outputs: tuple[int, ...]
 
@@ -146,7 +157,7 @@ def build_step_graph(nodes: Sequence[StepNodeSpec], forward_outputs: Iterable[st
 
     Raises :class:`~reorder.errors.GraphError` for an unknown role, a
     duplicate name, an argument, base or parent that is not an earlier node,
-    negative bytes or cost, or an output that is not a node.
+    negative bytes, cost or scratch, or an output that is not a node.
     """
     index: dict[str, int] = {}
     for v, spec in enumerate(nodes):
@@ -156,8 +167,8 @@ def build_step_graph(nodes: Sequence[StepNodeSpec], forward_outputs: Iterable[st
             raise GraphError(f"step graph {name!r}: duplicate node name {spec.name!r}")
         if spec.role not in ROLES:
             raise GraphError(f"step node {spec.name!r}: role {spec.role!r} is not one of {', '.join(ROLES)}")
-        if spec.bytes < 0 or spec.cost < 0:
-            raise GraphError(f"step node {spec.name!r}: bytes and cost must be >= 0")
+        if min(spec.bytes, spec.cost, spec.scratch, spec.scratch_channels_last) < 0:
+            raise GraphError(f"step node {spec.name!r}: bytes, cost and scratch must be >= 0")
         index[spec.name] = v
 
     def earlier(v: int, other: str | None, what: str) -> int | None:
@@ -194,6 +205,9 @@ def build_step_graph(nodes: Sequence[StepNodeSpec], forward_outputs: Iterable[st
         cost=tuple(int(s.cost) for s in nodes),
         available_to_backward=tuple(bool(s.available_to_backward) for s in nodes),
         owned=tuple(bool(s.owned) for s in nodes),
+        scratch=tuple(int(s.scratch) for s in nodes),
+        scratch_channels_last=tuple(int(s.scratch_channels_last) for s in nodes),
+        sets_channels_last=tuple(bool(s.sets_channels_last) for s in nodes),
         forward_outputs=outputs(forward_outputs, "forward"),
         backward_outputs=outputs(backward_outputs, "backward"),
     )

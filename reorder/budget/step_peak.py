@@ -25,7 +25,11 @@ generates writes its output into an input that dies there when the sizes
 match (in-place update), and a dead buffer's storage goes to a later buffer
 of its size (the reuse pool). Storage can be handed on when the program
 allocated it, or when it is a donated buffer (a saved value the backward
-owns, ``torch._functorch.config.donated_buffer``).
+owns, ``torch._functorch.config.donated_buffer``). An extern kernel's
+scratch adds to its step: the node's ``scratch``, or its
+``scratch_channels_last`` when the program runs a node that sets
+channels-last (a program that runs a convolution is laid out channels-last
+by Inductor, a backward that recomputes none is not).
 
 Each program is judged in the order Inductor lists its nodes: the forward
 in the joint graph's order, the backward as Inductor reorders it to mimic
@@ -88,11 +92,12 @@ def step_peak(graph: StepGraph, partition: Partition, methods: Sequence[str] = O
 class Program:
     """One program of a partition as a scheduler graph of fused kernels, with what in-place reuse needs:
     ``generated`` (per node: Inductor generates its kernel) and ``reusable`` (per buffer: a kernel may write
-    into it once it dies)."""
+    into it once it dies), and ``scratch`` (per node: what its kernel allocates and frees while it runs)."""
 
     graph: Graph
     generated: tuple[bool, ...]
     reusable: tuple[bool, ...]
+    scratch: tuple[int, ...] = ()
 
     def peak(self, methods: Sequence[str] = ORDER_METHODS) -> int:
         """The peak the generated code allocates in the listed order (and, with ``methods``, the higher of it and
@@ -100,7 +105,8 @@ class Program:
         orders = [range(self.graph.num_nodes)]
         if methods:
             orders.append(reorder_for_peak_memory(self.graph, methods).order)
-        return max(wrapper_peak(self.graph, order, self.generated, self.reusable) for order in orders)
+        return max(wrapper_peak(self.graph, order, self.generated, self.reusable, self.scratch or None)
+                   for order in orders)
 
 
 def programs_of(graph: StepGraph, partition: Partition) -> tuple[Program, Program]:
@@ -187,7 +193,9 @@ def _program(graph: StepGraph, name: str, runs: Sequence[int], inputs: dict[int,
     def reading(v: int) -> tuple[str, ...]:
         return (buffer_of[v],) if v in buffer_of else fused_reads.get(v, ())
 
-    specs, generated, produced = [], [], set()
+    channels_last = any(graph.sets_channels_last[v] for v in runs)
+    scratch_of = graph.scratch_channels_last if channels_last else graph.scratch
+    specs, generated, scratch, produced = [], [], [], set()
     for v in runs:
         reads = list(dict.fromkeys(b for a in graph.args[v] for b in reading(a)))
         base, parent = graph.view_of[v], graph.element_of[v]
@@ -205,11 +213,12 @@ def _program(graph: StepGraph, name: str, runs: Sequence[int], inputs: dict[int,
             produced.add(buffer)
         specs.append(NodeSpec(buffer, [spec], reads=reads))
         generated.append(graph.fusible[v] and base is None and parent is None)
+        scratch.append(scratch_of[v])
     output_names = list(dict.fromkeys(buffer_of[s] for s in sorted(kept) if s in buffer_of))
     program = build_graph(specs, list(input_specs.values()), output_names, name=name)
     reusable = tuple(not program.children[b] and (name_ in produced or name_ in donated)
                      for b, name_ in enumerate(program.buffer_names))
-    return Program(program, tuple(generated), reusable)
+    return Program(program, tuple(generated), reusable, tuple(scratch))
 
 
 def _materialised(graph: StepGraph, runs: Sequence[int], in_program: set[int], kept: set[int]) -> set[int]:

@@ -21,6 +21,8 @@ and ``Scheduler.decide_inplace_update``, torch 2.13):
 
 Only buffers the program allocated, and donated inputs (saved values the
 backward owns), can be handed on; views and multi-output parents cannot.
+A kernel's scratch (what an extern kernel allocates and frees while it
+runs) adds to the bytes live during its step and nothing after it.
 :func:`wrapper_peak` replays an order under these rules and returns the peak
 of the bytes allocated: the allocator's view of the program, which
 :func:`~reorder.budget.step_peak.step_peak` uses for each program of a step.
@@ -36,12 +38,14 @@ from ..timeline import estimate_peak_memory
 __all__ = ["wrapper_peak"]
 
 
-def wrapper_peak(graph: Graph, order: Sequence[int], generated: Sequence[bool], reusable: Sequence[bool]) -> int:
+def wrapper_peak(graph: Graph, order: Sequence[int], generated: Sequence[bool], reusable: Sequence[bool],
+                 scratch: Sequence[int] | None = None) -> int:
     """The peak bytes the generated code allocates when it runs ``order`` (see the module docstring).
 
     ``generated[v]``: Inductor generates node ``v``'s kernel (extern kernels
     such as matrix products never write in place); ``reusable[b]``: buffer
-    ``b``'s storage may be handed to another buffer once ``b`` dies.
+    ``b``'s storage may be handed to another buffer once ``b`` dies;
+    ``scratch[v]``: bytes node ``v``'s kernel allocates and frees while it runs (none by default).
     """
     estimate = estimate_peak_memory(graph, order)
     life = estimate.lifetimes
@@ -87,5 +91,5 @@ def wrapper_peak(graph: Graph, order: Sequence[int], generated: Sequence[bool], 
     peak = live = 0
     for t in range(n + 1):
         live += delta[t]
-        peak = max(peak, live)
+        peak = max(peak, live + (scratch[order[t]] if scratch is not None and t < n else 0))
     return peak

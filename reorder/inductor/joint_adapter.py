@@ -16,8 +16,11 @@ What Inductor will make of the graph, where it changes memory: its op lists
 (``get_default_op_list``) say which nodes fuse (pointwise ops and
 reductions get no buffer when every reader can take them into its kernel),
 graph inputs a convolution reads are copied to channels-last
-(:func:`_layout_copies`), and a backward ``add(mm(a, b), c)`` becomes one
-``addmm`` (:func:`_backward_addmm`). The cost of recomputing a node is its
+(:func:`_layout_copies`), a program that runs a convolution is laid out
+channels-last (``sets_channels_last``), and a backward ``add(mm(a, b), c)``
+becomes one ``addmm`` (:func:`_backward_addmm`). Convolutions' scratch, in
+either layout, is measured by running them once
+(:func:`~reorder.inductor.scratch.scratch_bytes`). The cost of recomputing a node is its
 floating-point operations where torch's flop counter knows the op (matrix
 products, convolutions, attention), else one per element it writes. Sizes
 are evaluated at their hints.
@@ -29,6 +32,7 @@ import operator
 from typing import Any
 
 from ..budget.step_graph import StepGraph, StepNodeSpec, build_step_graph
+from .scratch import scratch_bytes
 
 __all__ = ["recompute_policy", "saved_names", "step_graph_from_joint"]
 
@@ -149,7 +153,8 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
     forward_outputs, backward_outputs, _, _ = _extract_fwd_bwd_outputs(joint_module, num_fwd_outputs=num_fwd_outputs)
     op_types = get_default_op_list()
     addmm = _backward_addmm(joint_module, info)
-    owned = _layout_copies(joint_module)
+    channels_last = _layout_optimised(joint_module)
+    owned = _layout_copies(joint_module) if channels_last else set()
     if inputs_are_activations:
         static = set(static_lifetime_input_indices or ())
         primals = [n for n in joint_module.graph.nodes if n.op == "placeholder" and _is_primal(n)]
@@ -183,6 +188,7 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
                      and product is None)
         flops = _flops(product) + _numel(val) if product is not None else _flops(node)
         policy = recompute_policy(node)
+        scratch = scratch_bytes(node, channels_last=False)
         specs.append(StepNodeSpec(
             node.name, role, args,
             bytes=0 if view or tuple_valued else _nbytes(val),
@@ -196,20 +202,30 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
             and policy not in (CheckpointPolicy.MUST_RECOMPUTE, CheckpointPolicy.PREFER_RECOMPUTE),
             cost=0 if view or parent is not None else (flops if flops is not None else _numel(val)),
             available_to_backward=info.is_required_bw(node) and node not in info.tangents_closure,
+            scratch=scratch,
+            scratch_channels_last=scratch_bytes(node, channels_last=True) if channels_last else scratch,
+            sets_channels_last=channels_last and node.target is torch.ops.aten.convolution.default,
         ))
     return build_step_graph(specs, [o.name for o in forward_outputs if isinstance(o, torch.fx.Node)],
                             [o.name for o in backward_outputs if isinstance(o, torch.fx.Node)], name=name)
 
 
-def _layout_copies(joint_module) -> set:
-    """Graph inputs Inductor copies into channels-last before a convolution reads them (as input or weight),
-    when its layout optimisation applies to the graph (``GraphLowering.decide_layout_opt``: always on CPU)."""
+def _layout_optimised(joint_module) -> bool:
+    """Whether Inductor lays out a program of this step that runs a convolution in channels-last (its layout
+    optimisation, ``GraphLowering.decide_layout_opt``: always on CPU when the graph has a convolution)."""
     import torch
     from torch._inductor.graph import GraphLowering
 
+    return (any(n.target is torch.ops.aten.convolution.default for n in joint_module.graph.nodes)
+            and GraphLowering.decide_layout_opt(joint_module, is_inference=False))
+
+
+def _layout_copies(joint_module) -> set:
+    """Graph inputs Inductor copies into channels-last before a convolution reads them (as input or weight), in a
+    step whose layout is optimised (:func:`_layout_optimised`)."""
+    import torch
+
     convolutions = [n for n in joint_module.graph.nodes if n.target is torch.ops.aten.convolution.default]
-    if not convolutions or not GraphLowering.decide_layout_opt(joint_module, is_inference=False):
-        return set()
     copied = set()
     for conv in convolutions:
         for arg in conv.args[:2]:
