@@ -224,6 +224,17 @@ def test_a_kernels_scratch_adds_to_its_step_in_its_programs_layout():
     assert without.backward == 804
 
 
+def test_scratch_is_counted_at_the_step_its_node_runs_whatever_the_order():
+    from reorder.graph import BufferSpec, NodeSpec, build_graph
+
+    graph = build_graph([NodeSpec("n0", [BufferSpec("a", 100)]), NodeSpec("n1", [BufferSpec("b", 10)])],
+                        outputs=["a", "b"])  # both kept to the end
+    scratch = (1000, 0)  # n0's kernel allocates 1000 B more while it runs
+    assert wrapper_peak(graph, [0, 1], [True] * 2, [False] * 2, scratch) == 1100  # n0 first: a + its scratch
+    assert wrapper_peak(graph, [1, 0], [True] * 2, [False] * 2, scratch) == 1110  # n0 last: b + a + its scratch
+    assert wrapper_peak(graph, [1, 0], [True] * 2, [False] * 2) == 110
+
+
 def test_step_graphs_refuse_negative_scratch():
     with pytest.raises(GraphError, match="scratch must be >= 0"):
         build_step_graph([StepNodeSpec("x", "primal", bytes=4, scratch=-1)], [], [])

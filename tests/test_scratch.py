@@ -70,3 +70,18 @@ def test_probing_leaves_the_random_stream_alone_and_counts_nothing_under_a_runni
     scratch._measured.cache_clear()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
         assert scratch_bytes(node, channels_last=False) == 0
+    assert scratch_bytes(node, channels_last=False) > 0  # the skipped probe was not cached as 0
+
+
+def test_a_probe_that_fails_counts_nothing_and_is_tried_again(monkeypatch):
+    gm, _ = joint_of_a_cnn()
+    node = next(n for n in gm.graph.nodes if n.target is aten.convolution_backward.default)
+    scratch._measured.cache_clear()
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr("reorder.measure.measure", failing)
+    assert scratch_bytes(node, channels_last=False) == 0
+    monkeypatch.undo()
+    assert scratch_bytes(node, channels_last=False) > 0

@@ -211,8 +211,11 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
 
 
 def _layout_optimised(joint_module) -> bool:
-    """Whether Inductor lays out a program of this step that runs a convolution in channels-last (its layout
-    optimisation, ``GraphLowering.decide_layout_opt``: always on CPU when the graph has a convolution)."""
+    """Whether Inductor lays out a program of this step that runs a convolution in channels-last: its layout
+    optimisation (``GraphLowering.decide_layout_opt``) applies to the joint graph, as it does on CPU whenever
+    oneDNN is available and the graph has a convolution. A graph without convolutions is taken as plain (with
+    ``config.force_layout_optimization`` Inductor would lay it out channels-last all the same; scratch is only
+    measured for convolutions)."""
     import torch
     from torch._inductor.graph import GraphLowering
 

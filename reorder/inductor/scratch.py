@@ -51,19 +51,21 @@ def is_probed(node) -> bool:
 
 def scratch_bytes(node, channels_last: bool) -> int:
     """Bytes ``node``'s operator allocates and frees while it runs, in the given layout (see the module
-    docstring); 0 for an operator not probed or a probe that cannot run."""
+    docstring); 0 for an operator not probed or a probe that cannot run (a failed probe is not cached: a later
+    compile tries again)."""
     import torch
 
     if not is_probed(node) or torch._C._autograd._profiler_enabled():
         return 0
-    signature = _signature(node, channels_last)
-    if signature is None:
+    try:
+        signature = _signature(node, channels_last)
+        return 0 if signature is None else _measured(node.target, signature)
+    except Exception:  # noqa: BLE001 - an unknown scratch counts 0, as Inductor counts it
         return 0
-    return _measured(node.target, signature)
 
 
 class _NotProbed(Exception):
-    """A node whose scratch is not measured (a tensor not on CPU)."""
+    """A node whose scratch is not measured (a tensor not on CPU, an argument we cannot rebuild)."""
 
 
 def _hint(value: Any) -> int:
@@ -74,7 +76,8 @@ def _hint(value: Any) -> int:
 
 def _signature(node, channels_last: bool) -> tuple | None:
     """The probe's arguments as hashable data: tensors as ``("tensor", shape, dtype, channels_last)``, symbolic
-    sizes at their hints; None when a tensor is not on CPU or the operands exceed :data:`PROBE_LIMIT_BYTES`."""
+    sizes at their hints; None when a tensor is not on CPU, an argument is symbolic but not a size, or the operands
+    exceed :data:`PROBE_LIMIT_BYTES`."""
     import torch
 
     total = 0
@@ -83,8 +86,10 @@ def _signature(node, channels_last: bool) -> tuple | None:
         nonlocal total
         if isinstance(arg, torch.fx.Node):
             val = arg.meta.get("val")
+            if isinstance(val, (int, torch.SymInt)) and not isinstance(val, bool):
+                return _hint(val)
             if not isinstance(val, torch.Tensor):
-                return _hint(val) if isinstance(val, (int, torch.SymInt)) else val
+                raise _NotProbed
             shape = tuple(_hint(s) for s in val.shape)
             numel = 1
             for s in shape:
@@ -97,6 +102,8 @@ def _signature(node, channels_last: bool) -> tuple | None:
             return tuple(encode(a) for a in arg)
         if isinstance(arg, torch.SymInt):
             return _hint(arg)
+        if isinstance(arg, (torch.SymFloat, torch.SymBool)):
+            raise _NotProbed
         return arg
 
     try:
@@ -111,8 +118,8 @@ def _signature(node, channels_last: bool) -> tuple | None:
 
 @functools.lru_cache(maxsize=4096)
 def _measured(target, signature: tuple) -> int:
-    """Run ``target`` once on tensors made from ``signature`` and return its peak above its start less its
-    outputs' bytes (0 when it fails)."""
+    """Run ``target`` once on CPU tensors made from ``signature`` and return its peak above its start less its
+    outputs' bytes (an error propagates, so that a failed probe is not cached)."""
     import torch
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
@@ -121,20 +128,17 @@ def _measured(target, signature: tuple) -> int:
     def make(arg: Any) -> Any:
         if isinstance(arg, tuple) and arg[:1] == ("tensor",):
             _, shape, dtype, channels_last = arg
-            t = torch.ones(shape, dtype=dtype)
+            t = torch.ones(shape, dtype=dtype, device="cpu")  # never the caller's default device
             return t.to(memory_format=torch.channels_last) if channels_last else t
         if isinstance(arg, tuple):
             return [make(a) for a in arg]
         return arg
 
-    try:
-        with unset_fake_temporarily(), torch.no_grad():
-            args = [make(a) for a in signature]
-            kept: list = []
-            memory = measure(lambda: kept.append(target(*args)), "cpu")
-            out = kept.pop()
-            outputs = out if isinstance(out, (tuple, list)) else [out]
-            produced = sum(t.untyped_storage().nbytes() for t in outputs if isinstance(t, torch.Tensor))
-            return max(0, memory.peak - produced)
-    except Exception:  # noqa: BLE001 - an unknown scratch counts 0, as Inductor counts it
-        return 0
+    with unset_fake_temporarily(), torch.no_grad():
+        args = [make(a) for a in signature]
+        kept: list = []
+        memory = measure(lambda: kept.append(target(*args)), "cpu")
+        out = kept.pop()
+        outputs = out if isinstance(out, (tuple, list)) else [out]
+        produced = sum(t.untyped_storage().nbytes() for t in outputs if isinstance(t, torch.Tensor))
+        return max(0, memory.peak - produced)
