@@ -97,7 +97,7 @@ class Program:
     graph: Graph
     generated: tuple[bool, ...]
     reusable: tuple[bool, ...]
-    scratch: tuple[int, ...] = ()
+    scratch: tuple[int, ...]
 
     def peak(self, methods: Sequence[str] = ORDER_METHODS) -> int:
         """The peak the generated code allocates in the listed order (and, with ``methods``, the higher of it and
@@ -105,8 +105,7 @@ class Program:
         orders = [range(self.graph.num_nodes)]
         if methods:
             orders.append(reorder_for_peak_memory(self.graph, methods).order)
-        return max(wrapper_peak(self.graph, order, self.generated, self.reusable, self.scratch or None)
-                   for order in orders)
+        return max(wrapper_peak(self.graph, order, self.generated, self.reusable, self.scratch) for order in orders)
 
 
 def programs_of(graph: StepGraph, partition: Partition) -> tuple[Program, Program]:

@@ -20,10 +20,10 @@ graph inputs a convolution reads are copied to channels-last
 channels-last (``sets_channels_last``), and a backward ``add(mm(a, b), c)``
 becomes one ``addmm`` (:func:`_backward_addmm`). Convolutions' scratch, in
 either layout, is measured by running them once
-(:func:`~reorder.inductor.scratch.scratch_bytes`). The cost of recomputing a node is its
-floating-point operations where torch's flop counter knows the op (matrix
-products, convolutions, attention), else one per element it writes. Sizes
-are evaluated at their hints.
+(:func:`~reorder.inductor.scratch.scratch_bytes`). The cost of recomputing a
+node is its floating-point operations where torch's flop counter knows the
+op (matrix products, convolutions, attention), else one per element it
+writes. Sizes are evaluated at their hints.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ import operator
 from typing import Any
 
 from ..budget.step_graph import StepGraph, StepNodeSpec, build_step_graph
-from .scratch import scratch_bytes
 
 __all__ = ["recompute_policy", "saved_names", "step_graph_from_joint"]
 
@@ -148,6 +147,8 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
     from torch._functorch.partitioners import (_extract_fwd_bwd_outputs, _is_bwd_seed_offset, _is_primal,
                                                _is_tangent, classify_nodes, get_default_op_list)
     from torch.utils.checkpoint import CheckpointPolicy
+
+    from .scratch import scratch_bytes  # here, not at the top: it sizes tensors with this module's helpers
 
     info = classify_nodes(joint_module, list(static_lifetime_input_indices or ()), num_fwd_outputs)
     forward_outputs, backward_outputs, _, _ = _extract_fwd_bwd_outputs(joint_module, num_fwd_outputs=num_fwd_outputs)

@@ -34,6 +34,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from .joint_adapter import _hint, _nbytes
+
 __all__ = ["PROBE_LIMIT_BYTES", "PROBED", "scratch_bytes"]
 
 #: Operators whose scratch is measured: the extern kernels with large workspaces.
@@ -53,11 +55,9 @@ def scratch_bytes(node, channels_last: bool) -> int:
     """Bytes ``node``'s operator allocates and frees while it runs, in the given layout (see the module
     docstring); 0 for an operator not probed or a probe that cannot run (a failed probe is not cached: a later
     compile tries again)."""
-    import torch
-
-    if not is_probed(node) or torch._C._autograd._profiler_enabled():
+    if not is_probed(node):
         return 0
-    try:
+    try:  # under a running profiler ``measure`` refuses: counted 0, not cached
         signature = _signature(node, channels_last)
         return 0 if signature is None else _measured(node.target, signature)
     except Exception:  # noqa: BLE001 - an unknown scratch counts 0, as Inductor counts it
@@ -66,12 +66,6 @@ def scratch_bytes(node, channels_last: bool) -> int:
 
 class _NotProbed(Exception):
     """A node whose scratch is not measured (a tensor not on CPU, an argument we cannot rebuild)."""
-
-
-def _hint(value: Any) -> int:
-    from torch.fx.experimental.symbolic_shapes import optimization_hint
-
-    return int(optimization_hint(value, fallback=4096))
 
 
 def _signature(node, channels_last: bool) -> tuple | None:
@@ -90,14 +84,10 @@ def _signature(node, channels_last: bool) -> tuple | None:
                 return _hint(val)
             if not isinstance(val, torch.Tensor):
                 raise _NotProbed
-            shape = tuple(_hint(s) for s in val.shape)
-            numel = 1
-            for s in shape:
-                numel *= s
-            total += numel * val.dtype.itemsize
             if val.device.type != "cpu":
                 raise _NotProbed
-            return ("tensor", shape, val.dtype, channels_last and len(shape) == 4)
+            total += _nbytes(val)
+            return ("tensor", tuple(_hint(s) for s in val.shape), val.dtype, channels_last and val.dim() == 4)
         if isinstance(arg, (list, tuple)):
             return tuple(encode(a) for a in arg)
         if isinstance(arg, torch.SymInt):
@@ -112,7 +102,7 @@ def _signature(node, channels_last: bool) -> tuple | None:
         return None
     out = node.meta.get("val")
     outputs = out if isinstance(out, (tuple, list)) else [out]
-    total += sum(_hint(t.numel()) * t.dtype.itemsize for t in outputs if isinstance(t, torch.Tensor))
+    total += sum(_nbytes(t) for t in outputs)
     return None if total > PROBE_LIMIT_BYTES else args
 
 
