@@ -28,34 +28,103 @@ def joint_of_a_cnn():
     return captured[0]
 
 
-def direct_scratch(node, channels_last: bool) -> int:
-    """The node's operator run by hand on ones in the layout asked: its peak above the start less its outputs."""
+def encoded(t: torch.Tensor) -> tuple:
+    return ("tensor", tuple(t.shape), t.dtype, t.stride())
+
+
+def direct_scratch(node, channels_last: bool, forward_values=frozenset()) -> int:
+    """The node's operator run by hand on ones: its peak above the start less its outputs. Channels-last: every
+    4-D operand channels-last. Plain: the ``forward_values`` channels-last (a layout-optimised forward hands them
+    over so), the rest in the joint graph's strides, then laid out and copied as Inductor's lowering does (checked
+    against Inductor in the test below), the copies counted."""
     def make(arg):
         if isinstance(arg, torch.fx.Node):
-            t = torch.ones(arg.meta["val"].shape)
-            return t.to(memory_format=torch.channels_last) if channels_last else t
+            val = arg.meta["val"]
+            if val.dim() == 4 and (channels_last or arg in forward_values):
+                return torch.ones(val.shape).to(memory_format=torch.channels_last)
+            return torch.empty_strided(val.shape, val.stride()).fill_(1)
         return arg
 
     args = [make(a) for a in node.args]
+    copied = 0
+    if not channels_last:
+        lowered, copied = scratch._as_lowered(node.target, tuple(
+            encoded(a) if isinstance(a, torch.Tensor) else tuple(a) if isinstance(a, list) else a for a in args))
+        args = [torch.empty_strided(a.shape, low[3]).fill_(1) if isinstance(a, torch.Tensor) else a
+                for a, low in zip(args, lowered)]
     kept = []
     peak = measure(lambda: kept.append(node.target(*args)), "cpu").peak
     outputs = kept[0] if isinstance(kept[0], (tuple, list)) else [kept[0]]
-    return max(0, peak - sum(t.untyped_storage().nbytes() for t in outputs if t is not None))
+    return copied + max(0, peak - sum(t.untyped_storage().nbytes() for t in outputs if t is not None))
 
 
 def test_a_convolutions_scratch_is_what_running_it_allocates_beyond_its_outputs_in_each_layout():
     gm, graph = joint_of_a_cnn()
     backward = [n for n in gm.graph.nodes if n.target is aten.convolution_backward.default]
     assert len(backward) == 2 and any(graph.scratch[graph.index[n.name]] for n in backward)
+    assert any(n.name == "relu" for n in backward[0].all_input_nodes + backward[1].all_input_nodes)
     for node in backward:
         v = graph.index[node.name]
-        assert graph.scratch[v] == direct_scratch(node, channels_last=False)
+        # the forward's relu is the one operand a layout-optimised forward hands over (channels-last)
+        from_forward = {n for n in node.all_input_nodes if n.name == "relu"}
+        assert graph.scratch[v] == direct_scratch(node, channels_last=False, forward_values=from_forward)
         assert graph.scratch_channels_last[v] == direct_scratch(node, channels_last=True)
     # on CPU Inductor lays out a program that runs a convolution channels-last
     convolutions = {n.name for n in gm.graph.nodes if n.target is aten.convolution.default}
     assert {graph.node_names[v] for v in range(graph.num_nodes) if graph.sets_channels_last[v]} == convolutions
     others = [v for v in range(graph.num_nodes) if graph.node_names[v] not in convolutions | {n.name for n in backward}]
     assert all(graph.scratch[v] == 0 == graph.scratch_channels_last[v] for v in others)
+
+
+def strides_handed_to_the_kernel(fn, *args) -> list:
+    """Compile ``fn`` with Inductor (no layout optimisation), run it under the profiler, and return the strides
+    of every tensor its convolution (forward or backward) was called with."""
+    from reorder.measure import _walk
+
+    compiled = torch.compile(fn)
+    compiled(*args)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+        compiled(*args)
+    calls = [e for e in _walk(prof.profiler.kineto_results.experimental_event_tree())
+             if e.name in ("aten::convolution", "aten::convolution_backward")]
+    assert len(calls) == 1
+    return [tuple(i.strides) for i in calls[0].extra_fields.inputs if hasattr(i, "strides") and i.sizes]
+
+
+def test_a_plain_programs_operands_are_laid_out_and_copied_as_inductor_lowers_them(monkeypatch):
+    """A depthwise backward convolution on a channels-last input in a program without layout optimisation:
+    Inductor copies the input into the N, H, C, W order of the weight gradient and the output gradient into a new
+    buffer; a dense convolution's operands already follow its orders and are handed over as they are."""
+    monkeypatch.setattr(torch._inductor.config, "force_disable_caches", True)
+    monkeypatch.setattr(torch._inductor.config, "layout_optimization", False)
+    backward = aten.convolution_backward.default
+    flags = ([0], [2, 2], [0, 0], [1, 1], False, [0, 0])
+
+    x = torch.randn(8, 48, 16, 16).to(memory_format=torch.channels_last)
+    grad, weight = torch.randn(8, 48, 7, 7), torch.randn(48, 1, 3, 3)
+    handed = strides_handed_to_the_kernel(
+        lambda g, x, w: backward(g, x, w, *flags, 48, [True, True, False])[:2], grad, x, weight)
+    lowered, copied = scratch._as_lowered(backward, (encoded(grad), encoded(x), encoded(weight),
+                                                     *map(tuple, flags[:4]), False, (0, 0), 48, (True, True, False)))
+    assert [a[3] for a in lowered[:3]] == handed == [grad.stride(), (12288, 16, 768, 1), weight.stride()]
+    assert copied == (x.numel() + grad.numel()) * 4
+
+    x, grad, weight = torch.randn(4, 8, 12, 12), torch.randn(4, 16, 10, 10), torch.randn(16, 8, 3, 3)
+    handed = strides_handed_to_the_kernel(
+        lambda g, x, w: backward(g, x, w, [0], [1, 1], [0, 0], [1, 1], False, [0, 0], 1, [True, True, False])[:2],
+        grad, x, weight)
+    lowered, copied = scratch._as_lowered(backward, (encoded(grad), encoded(x), encoded(weight), (0,), (1, 1),
+                                                     (0, 0), (1, 1), False, (0, 0), 1, (True, True, False)))
+    assert [a[3] for a in lowered[:3]] == handed == [grad.stride(), x.stride(), weight.stride()] and copied == 0
+
+    forward = aten.convolution.default
+    x, weight = torch.randn(4, 12, 8, 8).transpose(2, 3), torch.randn(6, 12, 3, 3)
+    handed = strides_handed_to_the_kernel(lambda x, w: forward(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1),
+                                          x, weight)
+    lowered, copied = scratch._as_lowered(forward, (encoded(x), encoded(weight), None, (1, 1), (1, 1), (1, 1), False,
+                                                    (0, 0), 1))
+    assert [a[3] for a in lowered[:2]] == handed == [x.contiguous().stride(), weight.stride()]
+    assert copied == x.numel() * 4  # the transposed input is copied into the output's order
 
 
 def test_probing_leaves_the_random_stream_alone_and_counts_nothing_under_a_running_profiler():

@@ -156,6 +156,9 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
     addmm = _backward_addmm(joint_module, info)
     channels_last = _layout_optimised(joint_module)
     owned = _layout_copies(joint_module) if channels_last else set()
+    # a layout-optimised forward hands its values (and what a plain backward derives from them) over channels-last
+    from_forward = frozenset(n for n in joint_module.graph.nodes
+                             if channels_last and n.op == "call_function" and n not in info.tangents_closure)
     if inputs_are_activations:
         static = set(static_lifetime_input_indices or ())
         primals = [n for n in joint_module.graph.nodes if n.op == "placeholder" and _is_primal(n)]
@@ -189,7 +192,7 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
                      and product is None)
         flops = _flops(product) + _numel(val) if product is not None else _flops(node)
         policy = recompute_policy(node)
-        scratch = scratch_bytes(node, channels_last=False)
+        scratch = scratch_bytes(node, channels_last=False, channels_last_values=from_forward)
         specs.append(StepNodeSpec(
             node.name, role, args,
             bytes=0 if view or tuple_valued else _nbytes(val),

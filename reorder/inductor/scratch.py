@@ -12,15 +12,21 @@ channels-last tensors with a 5x5 or 7x7 kernel allocates about
 the kernel's own allocations show it, so this module measures them.
 
 :func:`scratch_bytes` runs the node's operator once on tensors of its
-shapes and dtype, on its device, in the layout its program will hand it
-(plain or channels-last: Inductor's layout optimisation turns channels-last
-on for a program that runs a convolution, ``GraphLowering.decide_layout_opt``),
+shapes and dtype, on its device, in the layout its program will hand it,
 and returns the peak it allocated above its start less its outputs' bytes
-(:func:`reorder.measure.measure`). The figure is a property of the machine's
-kernels, not of its load: the same node gives the same bytes on every run.
-The tensors are filled with ones (the global random stream is left as it
-was) and nothing is kept. Results are cached per signature, so a network's
-repeated blocks are run once.
+(:func:`reorder.measure.measure`). Inductor's layout optimisation turns
+channels-last on for a program that runs a convolution
+(``GraphLowering.decide_layout_opt``): there every 4-D operand is
+channels-last. A program without it (a backward that recomputes no
+convolution) receives the forward's values channels-last all the same, and
+Inductor's lowering then copies a convolution's operands into the stride
+orders of its outputs (:func:`_as_lowered`): a depthwise backward asks for
+activations laid out N, H, C, W, which oneDNN reorders again. Those copies
+are live while the kernel runs and count with its scratch. The figure is a
+property of the machine's kernels, not of its load: the same node gives the
+same bytes on every run. The tensors are filled with ones (the global random
+stream is left as it was) and nothing is kept. Results are cached per
+signature, so a network's repeated blocks are run once.
 
 Only :data:`PROBED` operators on CPU tensors are run; a probe that cannot
 run (a profiler is already recording, a tensor larger than
@@ -32,6 +38,8 @@ caller's CUDA peak statistics, and cuDNN's workspaces follow other rules.
 from __future__ import annotations
 
 import functools
+import math
+from collections.abc import Container
 from typing import Any
 
 from .joint_adapter import _hint, _nbytes
@@ -51,15 +59,24 @@ def is_probed(node) -> bool:
     return node.op == "call_function" and schema in PROBED
 
 
-def scratch_bytes(node, channels_last: bool) -> int:
-    """Bytes ``node``'s operator allocates and frees while it runs, in the given layout (see the module
-    docstring); 0 for an operator not probed or a probe that cannot run (a failed probe is not cached: a later
-    compile tries again)."""
+def scratch_bytes(node, channels_last: bool, channels_last_values: Container = frozenset()) -> int:
+    """Bytes ``node``'s operator allocates and frees while it runs, in the given layout, with the copies of its
+    operands Inductor makes for it (see the module docstring); 0 for an operator not probed or a probe that cannot
+    run (a failed probe is not cached: a later compile tries again).
+
+    ``channels_last_values``: in a program without layout optimisation, the operands (fx nodes) that arrive
+    channels-last all the same: values a layout-optimised forward computed, or that the program derives from them
+    (the joint graph's strides say contiguous; the runtime's do not)."""
     if not is_probed(node):
         return 0
     try:  # under a running profiler ``measure`` refuses: counted 0, not cached
-        signature = _signature(node, channels_last)
-        return 0 if signature is None else _measured(node.target, signature)
+        signature = _signature(node, channels_last, channels_last_values)
+        if signature is None:
+            return 0
+        copied = 0
+        if not channels_last:
+            signature, copied = _as_lowered(node.target, signature)
+        return copied + _measured(node.target, signature)
     except Exception:  # noqa: BLE001 - an unknown scratch counts 0, as Inductor counts it
         return 0
 
@@ -68,10 +85,17 @@ class _NotProbed(Exception):
     """A node whose scratch is not measured (a tensor not on CPU, an argument we cannot rebuild)."""
 
 
-def _signature(node, channels_last: bool) -> tuple | None:
-    """The probe's arguments as hashable data: tensors as ``("tensor", shape, dtype, channels_last)``, symbolic
-    sizes at their hints; None when a tensor is not on CPU, an argument is symbolic but not a size, or the operands
-    exceed :data:`PROBE_LIMIT_BYTES`."""
+def _channels_last_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of a dense channels-last (N, H, W, C in memory) tensor of a 4-D ``shape``."""
+    n, c, h, w = shape
+    return (h * w * c, 1, w * c, c)
+
+
+def _signature(node, channels_last: bool, channels_last_values: Container = frozenset()) -> tuple | None:
+    """The probe's arguments as hashable data: tensors as ``("tensor", shape, dtype, strides)``, symbolic sizes at
+    their hints; None when a tensor is not on CPU, an argument is symbolic but not a size, or the operands exceed
+    :data:`PROBE_LIMIT_BYTES`. Under layout optimisation every 4-D operand is channels-last; without it the 4-D
+    ``channels_last_values`` are, and the others have the joint graph's strides, before :func:`_as_lowered`."""
     import torch
 
     total = 0
@@ -87,7 +111,10 @@ def _signature(node, channels_last: bool) -> tuple | None:
             if val.device.type != "cpu":
                 raise _NotProbed
             total += _nbytes(val)
-            return ("tensor", tuple(_hint(s) for s in val.shape), val.dtype, channels_last and val.dim() == 4)
+            shape = tuple(_hint(s) for s in val.shape)
+            if val.dim() == 4 and (channels_last or arg in channels_last_values):
+                return ("tensor", shape, val.dtype, _channels_last_strides(shape))
+            return ("tensor", shape, val.dtype, tuple(_hint(s) for s in val.stride()))
         if isinstance(arg, (list, tuple)):
             return tuple(encode(a) for a in arg)
         if isinstance(arg, torch.SymInt):
@@ -107,6 +134,69 @@ def _signature(node, channels_last: bool) -> tuple | None:
 
 
 @functools.lru_cache(maxsize=4096)
+def _as_lowered(target, signature: tuple) -> tuple[tuple, int]:
+    """The operands as Inductor's lowering hands them to the kernel in a program without layout optimisation, and
+    the bytes of the copies it makes to get there.
+
+    ``torch/_inductor/kernel/conv.py`` requires a convolution's input and weight in the stride order of its output,
+    and a backward convolution's input and output gradient in the order of its weight gradient, then its output
+    gradient and weight in the order of its input gradient; an operand in another order is copied into a new
+    buffer. Those orders come from the kernels' fake implementations, so a depthwise weight gradient (one input
+    channel: strides like ``(9, 1, 3, 1)``) asks for activations laid out N, H, C, W. The copies are live while the
+    kernel runs, so they count with its scratch."""
+    import torch
+    from torch._inductor import ir
+    from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
+
+    args = list(signature)
+    copied: set[int] = set()  # operands copied at least once: each copy but the last is fused into the next
+
+    def fake(arg: Any) -> Any:
+        if isinstance(arg, tuple) and arg[:1] == ("tensor",):
+            _, shape, dtype, strides = arg
+            return torch.empty_strided(shape, strides, dtype=dtype, device="cpu")
+        return list(arg) if isinstance(arg, tuple) else arg
+
+    def order_of(*call: Any, output: int) -> list[int]:
+        out = target(*[fake(a) for a in call])
+        return list(ir.get_stride_order((out[output] if isinstance(out, (tuple, list)) else out).stride()))
+
+    def require(index: int, order: list[int]) -> None:
+        _, shape, dtype, strides = args[index]
+        if not _follows_order(shape, strides, order):
+            args[index] = ("tensor", shape, dtype, tuple(int(s) for s in ir.FlexibleLayout.stride_ordered(shape, order)))
+            copied.add(index)
+
+    with unset_fake_temporarily(), FakeTensorMode():
+        if target is torch.ops.aten.convolution_backward.default:
+            grad_out, inp, weight, _bias_sizes, *rest, output_mask = args
+            weight_order = order_of(grad_out, inp, weight, None, *rest, (False, True, False), output=1)
+            if output_mask[1]:
+                require(1, weight_order)
+                require(0, weight_order)
+            if output_mask[0]:
+                input_order = order_of(args[0], args[1], args[2], None, *rest, (True, False, False), output=0)
+                require(0, input_order)
+                require(2, input_order)
+        elif target is torch.ops.aten.convolution.default:
+            output_order = order_of(args[0], args[1], None, *args[3:], output=0)
+            require(0, output_order)
+            require(1, output_order)
+    return tuple(args), sum(math.prod(args[i][1]) * args[i][2].itemsize for i in copied)
+
+
+def _follows_order(shape: tuple[int, ...], strides: tuple[int, ...], order: list[int]) -> bool:
+    """Whether ``strides`` rise along the stride ``order`` (dimensions of size 1 aside): Inductor's
+    ``Layout.is_stride_ordered``, the test that spares an operand its copy."""
+    kept = [i for i, size in enumerate(shape) if size != 1]
+    ranks = sorted(order[i] for i in kept)
+    by_rank = [0] * len(kept)
+    for i in kept:
+        by_rank[ranks.index(order[i])] = strides[i]
+    return all(left <= right for left, right in zip(by_rank, by_rank[1:]))
+
+
+@functools.lru_cache(maxsize=4096)
 def _measured(target, signature: tuple) -> int:
     """Run ``target`` once on CPU tensors made from ``signature`` and return its peak above its start less its
     outputs' bytes (an error propagates, so that a failed probe is not cached)."""
@@ -117,9 +207,10 @@ def _measured(target, signature: tuple) -> int:
 
     def make(arg: Any) -> Any:
         if isinstance(arg, tuple) and arg[:1] == ("tensor",):
-            _, shape, dtype, channels_last = arg
-            t = torch.ones(shape, dtype=dtype, device="cpu")  # never the caller's default device
-            return t.to(memory_format=torch.channels_last) if channels_last else t
+            _, shape, dtype, strides = arg
+            extent = 1 + sum((size - 1) * stride for size, stride in zip(shape, strides)) if all(shape) else 0
+            base = torch.ones(extent, dtype=dtype, device="cpu")  # never the caller's default device
+            return base.as_strided(shape, strides)
         if isinstance(arg, tuple):
             return [make(a) for a in arg]
         return arg
