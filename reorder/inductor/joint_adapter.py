@@ -157,8 +157,10 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
     channels_last = _layout_optimised(joint_module)
     owned = _layout_copies(joint_module) if channels_last else set()
     # a layout-optimised forward hands its values (and what a plain backward derives from them) over channels-last
-    from_forward = frozenset(n for n in joint_module.graph.nodes
-                             if channels_last and n.op == "call_function" and n not in info.tangents_closure)
+    from_forward = frozenset()
+    if channels_last:
+        from_forward = frozenset(n for n in joint_module.graph.nodes
+                                 if n.op == "call_function" and n not in info.tangents_closure)
     if inputs_are_activations:
         static = set(static_lifetime_input_indices or ())
         primals = [n for n in joint_module.graph.nodes if n.op == "placeholder" and _is_primal(n)]

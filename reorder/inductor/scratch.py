@@ -85,18 +85,13 @@ class _NotProbed(Exception):
     """A node whose scratch is not measured (a tensor not on CPU, an argument we cannot rebuild)."""
 
 
-def _channels_last_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The strides of a dense channels-last (N, H, W, C in memory) tensor of a 4-D ``shape``."""
-    n, c, h, w = shape
-    return (h * w * c, 1, w * c, c)
-
-
 def _signature(node, channels_last: bool, channels_last_values: Container = frozenset()) -> tuple | None:
     """The probe's arguments as hashable data: tensors as ``("tensor", shape, dtype, strides)``, symbolic sizes at
     their hints; None when a tensor is not on CPU, an argument is symbolic but not a size, or the operands exceed
     :data:`PROBE_LIMIT_BYTES`. Under layout optimisation every 4-D operand is channels-last; without it the 4-D
     ``channels_last_values`` are, and the others have the joint graph's strides, before :func:`_as_lowered`."""
     import torch
+    from torch._prims_common import make_channels_last_strides_for
 
     total = 0
 
@@ -113,7 +108,7 @@ def _signature(node, channels_last: bool, channels_last_values: Container = froz
             total += _nbytes(val)
             shape = tuple(_hint(s) for s in val.shape)
             if val.dim() == 4 and (channels_last or arg in channels_last_values):
-                return ("tensor", shape, val.dtype, _channels_last_strides(shape))
+                return ("tensor", shape, val.dtype, tuple(make_channels_last_strides_for(shape)))
             return ("tensor", shape, val.dtype, tuple(_hint(s) for s in val.stride()))
         if isinstance(arg, (list, tuple)):
             return tuple(encode(a) for a in arg)
@@ -164,7 +159,8 @@ def _as_lowered(target, signature: tuple) -> tuple[tuple, int]:
     def require(index: int, order: list[int]) -> None:
         _, shape, dtype, strides = args[index]
         if not _follows_order(shape, strides, order):
-            args[index] = ("tensor", shape, dtype, tuple(int(s) for s in ir.FlexibleLayout.stride_ordered(shape, order)))
+            laid_out = tuple(int(s) for s in ir.FlexibleLayout.stride_ordered(shape, order))
+            args[index] = ("tensor", shape, dtype, laid_out)
             copied.add(index)
 
     with unset_fake_temporarily(), FakeTensorMode():
