@@ -223,6 +223,19 @@ class Graph:
         return dataclasses.replace(self, size_hints=values, size=size, size_alloc=size_alloc, size_free=size_free,
                                    workspace=workspace, unique_workspace=unique)
 
+    def with_free_inputs(self, names: Iterable[str]) -> Graph:
+        """This graph with the inputs named in ``names`` at zero bytes (values that live before the program and
+        stay after it, such as parameters, which its peak above its start does not count); sizes at the hints
+        (the size expressions are dropped). Same nodes, buffers and ids."""
+        wanted = set(names)
+        free = {b for b, name in enumerate(self.buffer_names) if self.is_input[b] and name in wanted}
+        if not free:
+            return self
+        zeroed = lambda sizes: tuple(0 if b in free else s for b, s in enumerate(sizes))  # noqa: E731
+        return dataclasses.replace(self, size=zeroed(self.size), size_alloc=zeroed(self.size_alloc),
+                                   size_free=zeroed(self.size_free), symbolic_size=(None,) * self.num_buffers,
+                                   size_exprs=None)
+
     def size_text(self, b: int, field: str = "size") -> int | str:
         """Buffer ``b``'s ``size``, ``size_alloc`` or ``size_free`` as a graph file writes it: the expression's
         text where it has symbols, else the bytes."""

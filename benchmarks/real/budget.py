@@ -1,6 +1,7 @@
 """``python -m benchmarks.real.budget``: a memory budget on every training row, ours against Inductor's, measured.
 
     python -m benchmarks.real.budget [--models A,B] [--points 5] [--rounds 21] [--again] [--report-only]
+                                     [--refresh-records]
 
 For each training row of the real-model benchmark (bench size), in one process:
 
@@ -48,7 +49,7 @@ from .models import BATCH, MODELS, build, parameter_bytes
 from .report import RESULTS
 from .run import _difference, _step_function, _tensors
 
-__all__ = ["fractions_for", "main", "run_row", "variants_for"]
+__all__ = ["fractions_for", "main", "refresh_records", "run_row", "variants_for"]
 
 #: Fractions tried per row, rounds of alternating steps for the medians.
 POINTS = 5
@@ -182,6 +183,43 @@ def run_row(name: str, size: str = "bench", points: int = POINTS, rounds: int = 
     return row
 
 
+def _plan(records: list[dict]) -> list[tuple]:
+    """What a variant's records say was compiled: each region's partition and each graph's order and peak."""
+    return [(r["source"], r["peak"], r["saved_bytes"], r["recomputed"]) if r["kind"] == "partition" else
+            (r["nodes"], r["peak"], r["method"]) for r in records if r["kind"] in ("partition", "order")]
+
+
+def refresh_records(name: str) -> list[str]:
+    """Our variants of ``name``'s cached row compiled again, one step measured: where the plan (:func:`_plan`) and
+    the real peak are the cached ones, the same program ran, and the cached records are replaced by the new
+    ones (which newer records extend, the compiled graphs' check for one). Returns the variants that differ:
+    their rows need measuring again (``--again``)."""
+    from torch._dynamo import config as dynamo_config
+    from torch._inductor import config
+
+    config.force_disable_caches = True
+    dynamo_config.recompile_limit = dynamo_config.accumulated_recompile_limit = 1024
+    path = BUDGETS / f"{name}.json"
+    row = json.loads(path.read_text())
+    base, inputs = build(name, row["size"], "train")
+    torch._dynamo.reset()
+    differ = []
+    for variant_name, cached in row["variants"].items():
+        if cached["kind"] != "ours":
+            continue
+        p = _prepare(base, inputs, "ours", cached["fraction"], ours(cached["fraction"]))
+        gc.collect()
+        peak = measure(p.step, "cpu").peak
+        p.reset()
+        if peak == cached["real_peak"] and _plan(p.records) == _plan(cached["records"]):
+            cached["records"] = p.records
+        else:
+            differ.append(variant_name)
+    path.write_text(json.dumps(row) + "\n")
+    torch._dynamo.reset()
+    return differ
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.real.budget", description=__doc__.splitlines()[0])
     parser.add_argument("--models", help=f"comma-separated (default: all {len(MODELS)})")
@@ -189,13 +227,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds of alternating steps per row")
     parser.add_argument("--again", action="store_true", help="rerun rows that are cached")
     parser.add_argument("--report-only", action="store_true", help="only rebuild the report from the cache")
+    parser.add_argument("--refresh-records", action="store_true",
+                        help="compile our variants of cached rows again and take their new records where the same "
+                             "program ran (same plan, same real peak); the others are listed for --again")
     args = parser.parse_args(argv)
     models = args.models.split(",") if args.models else list(MODELS)
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         parser.error(f"unknown models {unknown}; known: {', '.join(MODELS)}")
     BUDGETS.mkdir(parents=True, exist_ok=True)
-    if not args.report_only:
+    if args.refresh_records:
+        for k, model in enumerate(models, 1):
+            if (BUDGETS / f"{model}.json").exists():
+                print(f"[{k}/{len(models)}] {model}: records ...", file=sys.stderr, flush=True)
+                differ = refresh_records(model)
+                print(f"    {'same programs' if not differ else 'changed, run again with --again: ' + str(differ)}",
+                      file=sys.stderr, flush=True)
+    elif not args.report_only:
         for k, model in enumerate(models, 1):
             path = BUDGETS / f"{model}.json"
             if path.exists() and not args.again:

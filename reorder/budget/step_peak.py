@@ -60,7 +60,8 @@ from .partition import Partition
 from .step_graph import StepGraph
 from .wrapper_reuse import wrapper_peak
 
-__all__ = ["ORDER_METHODS", "Program", "StepPeak", "autograd_order", "programs_of", "step_peak"]
+__all__ = ["ORDER_METHODS", "Program", "StepPeak", "autograd_order", "donated_values", "free_values", "programs_of",
+           "step_peak"]
 
 #: Our methods whose best order (in Inductor's model) each program may also be judged in (none by default: the
 #: listed order alone, see the module docstring).
@@ -116,14 +117,13 @@ def programs_of(graph: StepGraph, partition: Partition) -> tuple[Program, Progra
     it: AOTAutograd donates to the backward only saved values that alias no input or output of the forward.
     """
     free = graph.costs_nothing
-    returned = {graph.storage[v] for v in graph.forward_outputs}
+    donated = set(donated_values(graph, partition))
     forward_inputs = {v: _Input(0, False, False) if free[v] else _Input(graph.bytes[v], True, False)
                       for v in range(graph.num_nodes) if graph.role[v] == "primal"}
     backward_inputs: dict[int, _Input] = {}
     for v in partition.saved:
         s = graph.storage[v]
-        donated = graph.role[s] != "primal" and s not in returned  # AOTAutograd donates what aliases no input
-        backward_inputs[v] = _Input(0, False, False) if free[s] else _Input(graph.bytes[s], True, donated)
+        backward_inputs[v] = _Input(0, False, False) if free[s] else _Input(graph.bytes[s], True, v in donated)
     for v in range(graph.num_nodes):
         if graph.role[v] == "tangent":
             backward_inputs[v] = _Input(graph.bytes[v], True, False)
@@ -131,6 +131,22 @@ def programs_of(graph: StepGraph, partition: Partition) -> tuple[Program, Progra
     return (_program(graph, f"{graph.name}_forward", partition.forward, forward_inputs, forward_outputs),
             _program(graph, f"{graph.name}_backward", autograd_order(graph, partition.backward), backward_inputs,
                      graph.backward_outputs))
+
+
+def free_values(graph: StepGraph, partition: Partition) -> list[int]:
+    """The programs' inputs that cost the step nothing: primals it does not own, and saved values whose storage
+    is one of them (a saved view of a parameter)."""
+    free = graph.costs_nothing
+    return [v for v in range(graph.num_nodes) if graph.role[v] == "primal" and free[v]] + \
+        [v for v in partition.saved if graph.role[v] != "primal" and free[graph.storage[v]]]
+
+
+def donated_values(graph: StepGraph, partition: Partition) -> list[int]:
+    """The saved values the backward owns, so that a kernel may write into them once they die: AOTAutograd
+    donates only those that alias no input or output of the forward."""
+    returned = {graph.storage[v] for v in graph.forward_outputs}
+    return [v for v in partition.saved
+            if graph.role[graph.storage[v]] != "primal" and graph.storage[v] not in returned]
 
 
 def autograd_order(graph: StepGraph, backward: Sequence[int]) -> list[int]:

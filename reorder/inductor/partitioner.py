@@ -21,7 +21,11 @@ for each compiled region's joint forward-backward graph
    ops, mutations) never is, and nodes the user's checkpoint policies mark
    keep their policy;
 5. checks the result: the partition Inductor made from the policies is
-   estimated again, and if it came out above stock, stock is kept.
+   estimated again, and if it came out above stock, stock is kept;
+6. leaves the region's plan for the check on the compiled graphs
+   (:mod:`~reorder.inductor.compiled_budget`): once our reorder pass has
+   ordered the region's forward and backward, their generated code's
+   allocations are replayed, and the record says whether they fit too.
 
 A step compiled in several regions (a graph break) runs their forwards one
 after another and their backwards in reverse, so each region's estimate
@@ -44,8 +48,9 @@ import time
 
 from ..budget.frontier import Candidate, frontier
 from ..budget.partition import partition_of
-from ..budget.step_peak import step_peak
+from ..budget.step_peak import donated_values, free_values, step_peak
 from .adapter import graph_being_compiled
+from .compiled_budget import RegionPlan, expect_region
 from .joint_adapter import recompute_policy, saved_names, step_graph_from_joint
 from .session import FallbackRecord, HookOptions, PartitionRecord, Session, source_hash
 
@@ -98,7 +103,7 @@ class BudgetPartitioner(_custom_partitioner_base()):
         stock = min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
         session = self.session
         try:
-            record, modules = self._partition(gm, joint_inputs, kwargs, stock, name, session)
+            record, modules, plan = self._partition(gm, joint_inputs, kwargs, stock, name, session)
         except Exception as exc:  # noqa: BLE001 - the user's compile must go on
             reason = f"{type(exc).__name__}: {exc}"
             log.warning("reorder: keeping Inductor's partition for %s: %s", name, reason)
@@ -107,6 +112,7 @@ class BudgetPartitioner(_custom_partitioner_base()):
             return stock
         if session is not None:
             session.add(record)
+            expect_region(session, name, plan)
         if not record.feasible:
             log.warning("reorder: %s: memory budget %s B cannot be met; the lowest estimated step peak found is "
                         "%s B (stock's: %s B)", name, f"{record.budget_bytes:,}", f"{record.peak:,}",
@@ -116,7 +122,7 @@ class BudgetPartitioner(_custom_partitioner_base()):
         return modules
 
     def _partition(self, gm, joint_inputs, kwargs: dict, stock: tuple, name: str,
-                   session: Session | None) -> tuple[PartitionRecord, tuple]:
+                   session: Session | None) -> tuple[PartitionRecord, tuple, RegionPlan]:
         t0 = time.perf_counter()
         num_fwd_outputs = kwargs["num_fwd_outputs"]
         digest = joint_digest(gm)
@@ -165,7 +171,10 @@ class BudgetPartitioner(_custom_partitioner_base()):
             seconds=time.perf_counter() - t0,
             note=note.lstrip("; "),
         )
-        return record, modules
+        names = lambda values: frozenset(graph.node_names[v] for v in values)  # noqa: E731
+        plan = RegionPlan(record, names(free_values(graph, chosen.partition)),
+                          names(donated_values(graph, chosen.partition)))
+        return record, modules, plan
 
 
 def joint_digest(gm) -> str:

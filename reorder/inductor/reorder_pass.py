@@ -34,6 +34,7 @@ from ..schedulers.across_sizes import inductor_reference, peaks_at_points
 from ..timeline import estimate_peak_memory
 from .adapter import freed_tangents, fx_graph_cache_hits, graph_being_compiled, graph_from_scheduler
 from .capture import write_capture
+from .compiled_budget import check_compiled
 from .figures import INDUCTOR_METHODS, inductor_figures
 from .fusion_guard import finish_guard
 from .session import FallbackRecord, HookOptions, OrderRecord, Session, source_hash
@@ -126,7 +127,7 @@ class ReorderPass(_custom_scheduler_pass_base()):
 
     def _reorder_or_keep(self, nodes: list, name: str, session: Session | None) -> list:
         try:
-            record, order = self._reorder(nodes, name)
+            record, order, graph = self._reorder(nodes, name)
         except Exception as exc:  # noqa: BLE001 - the user's compile must go on
             reason = f"{type(exc).__name__}: {exc}"
             if session is not None:
@@ -143,11 +144,13 @@ class ReorderPass(_custom_scheduler_pass_base()):
                 return nodes
         if session is not None:
             session.add(record)
+            check_compiled(session, name, nodes, graph, order)
         log.info("reorder: %s: %d nodes, peak %d -> %d (%s)", name, record.nodes,
                  record.estimate_of_incoming_order, record.peak, record.method)
         return [nodes[v] for v in order]
 
-    def _reorder(self, nodes: list, name: str) -> tuple[OrderRecord, list[int]]:
+    def _reorder(self, nodes: list, name: str) -> tuple[OrderRecord, list[int], Graph]:
+        """The record and the order kept, with the graph as a real step runs it (tangents freed)."""
         options = self.options
         t0 = time.perf_counter()
         graph, state = graph_from_scheduler(nodes, name)
@@ -157,7 +160,7 @@ class ReorderPass(_custom_scheduler_pass_base()):
         result = reorder_for_peak_memory(graph, options.methods, candidates=candidates,
                                          max_seconds=options.max_seconds)
         incoming = estimate_peak_memory(graph)
-        choice = None
+        choice, real_graph = None, graph
         if freed_tangents(nodes, state.graph_inputs):
             real_graph, _ = graph_from_scheduler(nodes, name, free_tangents=True)
             choice = choose_freeing_tangents(graph, real_graph, result, options.methods, options.max_seconds)
@@ -185,7 +188,7 @@ class ReorderPass(_custom_scheduler_pass_base()):
             captured=str(captured) if captured else None,
             peaks_at=sizes_record(graph, result, order),
         )
-        return record, order
+        return record, order, real_graph
 
 
 def sizes_record(graph: Graph, result: ReorderResult, order: Sequence[int]) -> dict[str, dict] | None:

@@ -337,8 +337,8 @@ class PartitionRecord(_Record):
     ``graph``: the region's name; ``nodes``: its joint graph's. ``budget`` as
     given and ``budget_bytes`` as applied (a fraction times ``stock_peak``).
     ``stock_peak``: the estimated step peak of Inductor's own partition;
-    ``peak``: of ours; ``feasible``: ``peak <= budget_bytes`` (when False, ours
-    is the lowest estimate found). ``source``: ``"inductor"`` (stock's
+    ``peak``: of ours; ``feasible``: ``peak <= budget_bytes`` (when the plan
+    did not fit, ours is the lowest estimate found). ``source``: ``"inductor"`` (stock's
     partition was kept), else the chosen candidate: ``"price <p>"``, ``"<k>
     segments, price <p>"`` or ``"inductor budget <b>"`` (the partition of
     Inductor's ``activation_memory_budget=b``). ``saved_bytes``, ``recomputed`` (operations the backward runs
@@ -353,6 +353,11 @@ class PartitionRecord(_Record):
     joint graph's (a region compiled again is not an earlier region).
     ``seconds``: our conversion, candidates and check. ``note``: where the
     partition Inductor made from our choice differs from the plan.
+    ``compiled_peak``: the same step peak replayed on the graphs Inductor
+    compiled from the partition, once our pass has ordered the region's
+    backward (:mod:`~reorder.inductor.compiled_budget`; None before that, or
+    where the FX graph cache served the graphs); ``feasible`` then also needs
+    ``compiled_peak <= budget_bytes``.
 
     Peaks are the estimate of :func:`~reorder.budget.step_peak.step_peak`
     (the forward with its saved values, the backward freeing them, in the
@@ -379,6 +384,7 @@ class PartitionRecord(_Record):
     digest: str = ""
     seconds: float = 0.0
     note: str = ""
+    compiled_peak: int | None = None
 
     kind = "partition"
 
@@ -445,6 +451,14 @@ class Session:
     def add(self, record: Record) -> None:
         with self._lock:
             self._records.append(record)
+
+    def replace(self, old: Record, new: Record) -> None:
+        """Put ``new`` where ``old`` is (a record amended once more is known); nothing if ``old`` is not here."""
+        with self._lock:
+            for k, record in enumerate(self._records):
+                if record is old:
+                    self._records[k] = new
+                    return
 
     def note_cache_hits(self, total: int) -> None:
         """Given Inductor's running count of FX graph cache hits: the first call takes it as the start, each

@@ -1,0 +1,142 @@
+"""A memory budget checked on the graphs Inductor compiled: what their generated code allocates.
+
+The partitioner (:mod:`~reorder.inductor.partitioner`) chooses before
+Inductor lowers anything, with the step model of
+:mod:`reorder.budget.step_peak`: fused kernels as it predicts them, in the
+order Inductor lists them. The graphs that run are Inductor's own, after its
+fusion and our reorder pass, and they can hold more than the model says (a
+recomputed value fused into an early kernel and held to a late one) or less
+(an order the reorder pass found). So once the reorder pass has ordered a
+budgeted region's forward and then its backward, each is replayed as its
+generated code allocates (:func:`~reorder.budget.wrapper_reuse.wrapper_peak`
+over the scheduler graph in the order kept: a kernel Inductor generates
+writes into an input that dies there, dead storage goes to a later buffer
+of its size, extern kernels' workspaces count), with
+
+* the inputs that cost the step nothing (parameters, the batch and saved
+  views of them, :func:`~reorder.budget.step_peak.free_values`) at zero bytes;
+* the backward's tangents freed after their last reader;
+* the saved values the backward owns (:func:`~reorder.budget.step_peak.donated_values`)
+  open to in-place writes, as the other inputs are not.
+
+The region's compiled peak is what earlier regions hold plus the higher of
+the two replays, and its :class:`~reorder.inductor.session.PartitionRecord`
+is amended: ``compiled_peak``, and ``feasible`` only if that fits the budget
+too. A budget the plan met and the compiled graphs do not gets a WARNING.
+This checks the choice; it does not change it (the forward is compiled
+before the backward exists, so no other partition can be made by then).
+
+A region's graphs are found by the name AOTAutograd gives them: the joint
+graph ``model__0_joint_0`` partitioned into ``model__0_forward_1`` and
+``model__0_backward_3`` share the prefix ``model__0``. Graphs the FX graph
+cache serves run no pass of ours, and their region keeps ``compiled_peak``
+None. The check never fails the compile: an error is logged as a WARNING and
+the record stays as the partitioner made it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..budget.wrapper_reuse import wrapper_peak
+from ..graph import Graph
+from .session import PartitionRecord, Session
+
+__all__ = ["RegionPlan", "allocated_peak", "check_compiled", "expect_region", "generated_kernels", "record_compiled",
+           "region_of"]
+
+log = logging.getLogger("reorder")
+
+
+@dataclass
+class RegionPlan:
+    """What the check of one region needs from its partition: its record (as added to the session), the inputs
+    that cost nothing, the saved values the backward owns, and the replayed peak of each graph compiled so far."""
+
+    record: PartitionRecord
+    free_inputs: frozenset[str]
+    donated_inputs: frozenset[str]
+    peaks: dict[str, int] = field(default_factory=dict)
+
+
+_plans: weakref.WeakKeyDictionary[Session, dict[str, RegionPlan]] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def region_of(graph_name: str) -> tuple[str, str] | None:
+    """``("model__0", "backward")`` for ``"model__0_backward_3"``: the region and which of its graphs; None for
+    a name AOTAutograd did not give."""
+    parts = graph_name.rsplit("_", 2)
+    if len(parts) != 3 or parts[1] not in ("joint", "forward", "backward") or not parts[2].isdigit():
+        return None
+    return parts[0], parts[1]
+
+
+def expect_region(session: Session, joint_name: str, plan: RegionPlan) -> None:
+    """Remember ``plan`` for the forward and backward that the joint graph ``joint_name`` is partitioned into."""
+    region = region_of(joint_name)
+    if region is not None:
+        with _lock:
+            _plans.setdefault(session, {})[region[0]] = plan
+
+
+def allocated_peak(graph: Graph, order: Sequence[int], generated: Sequence[bool], free_inputs: frozenset[str],
+                   donated_inputs: frozenset[str]) -> int:
+    """The peak bytes a compiled graph's generated code allocates above its start, running ``order``.
+
+    ``generated[v]``: Inductor generates node ``v``'s kernel (extern kernels
+    never write in place). Inputs in ``free_inputs`` count nothing; inputs in
+    ``donated_inputs`` may be written in place once they die, and so may every
+    buffer the graph produces, but a multi-output parent or a mutation's alias.
+    """
+    graph = graph.with_free_inputs(free_inputs)
+    reusable = [not graph.children[b] and graph.alias_of[b] is None and
+                (not graph.is_input[b] or graph.buffer_names[b] in donated_inputs)
+                for b in range(graph.num_buffers)]
+    return wrapper_peak(graph, order, generated, reusable, graph.workspace)
+
+
+def generated_kernels(nodes: list) -> list[bool]:
+    """Per scheduler node: Inductor generates its kernel (not an extern call, not a no-op)."""
+    from torch._inductor.scheduler import ExternKernelSchedulerNode, NopKernelSchedulerNode
+
+    return [not isinstance(node, (ExternKernelSchedulerNode, NopKernelSchedulerNode)) for node in nodes]
+
+
+def record_compiled(session: Session, graph_name: str, graph: Graph, order: Sequence[int],
+                    generated: Sequence[bool]) -> None:
+    """Replay a budgeted region's compiled forward or backward (``graph`` in the kept ``order``); once both are
+    known, amend the region's record (see the module docstring). Graphs of no budgeted region pass through."""
+    region = region_of(graph_name)
+    with _lock:
+        plan = _plans.get(session, {}).get(region[0]) if region is not None else None
+    if plan is None or region[1] == "joint":
+        return
+    plan.peaks[region[1]] = allocated_peak(graph, order, generated, plan.free_inputs,
+                                           plan.donated_inputs if region[1] == "backward" else frozenset())
+    if len(plan.peaks) < 2:
+        return
+    record = plan.record
+    compiled = record.held_before + max(plan.peaks.values())
+    amended = dataclasses.replace(record, compiled_peak=compiled,
+                                  feasible=record.peak <= record.budget_bytes and compiled <= record.budget_bytes)
+    session.replace(record, amended)
+    plan.record = amended
+    if record.feasible and not amended.feasible:
+        log.warning("reorder: %s: memory budget %s B is met by the partition's estimate (%s B) but not by the "
+                    "graphs Inductor compiled from it (%s B)", region[0],
+                    f"{record.budget_bytes:,}", f"{record.peak:,}", f"{compiled:,}")
+
+
+def check_compiled(session: Session, graph_name: str, nodes: list, graph: Graph, order: Sequence[int]) -> None:
+    """:func:`record_compiled` for the scheduler ``nodes`` our reorder pass ordered; an error is a WARNING."""
+    try:
+        record_compiled(session, graph_name, graph, order, generated_kernels(nodes))
+    except Exception as exc:  # noqa: BLE001 - the user's compile must go on
+        log.warning("reorder: could not check the memory budget on the compiled %s: %s: %s", graph_name,
+                    type(exc).__name__, exc)
