@@ -293,8 +293,9 @@ def test_three_budgets_lower_the_real_peak_with_the_same_numbers(name):
         first, session, peak = compiled_step(name, budget)
         (record,) = session.partitions
         assert session.fallbacks == [] and record.budget == budget and record.source != "inductor"
-        # the graphs Inductor compiled, replayed as their code allocates: the real peak (the plan's estimate is a
-        # model of those graphs), less the scratch oneDNN's convolutions allocate, which the replay does not count
+        # the graphs Inductor compiled, replayed as their code allocates (the plan's estimate is a model of them):
+        # the transformer's real peak; the CNN's comes while the eager loss's backward runs, before the compiled
+        # backward, and holds 256 KB that no estimate of the compiled graphs sees
         assert record.compiled_peak is not None, record
         if name == "transformer":
             assert abs(peak / record.compiled_peak - 1) < 0.02, (peak, record.compiled_peak, record.peak)

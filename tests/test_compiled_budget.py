@@ -53,10 +53,11 @@ def record(budget_bytes: int, peak: int = 1000, held_before: int = 50) -> Partit
                            recomputed_flops=10, stock_recomputed_flops=0, held_before=held_before)
 
 
-def planned(budget_bytes: int, **kwargs) -> tuple[Session, PartitionRecord]:
+def planned(budget_bytes: int, scratch: dict | None = None, **kwargs) -> tuple[Session, PartitionRecord]:
     session, made = Session(), record(budget_bytes, **kwargs)
     session.add(made)
-    expect_region(session, made.graph, RegionPlan(made, frozenset({"primals_1"}), frozenset({"saved"})))
+    expect_region(session, made.graph,
+                  RegionPlan(made, frozenset({"primals_1"}), frozenset({"saved"}), scratch or {}))
     return session, made
 
 
@@ -99,3 +100,13 @@ def test_graphs_of_other_regions_leave_the_record_alone(prefix):
     session, made = planned(1100)
     compile_both(session, prefix)
     assert session.partitions == [made] and made.compiled_peak is None
+
+
+def test_an_extern_kernels_scratch_counts_while_it_runs():
+    """The probe's scratch of the joint graph's ``mm`` (500 B) goes to the scheduler node lowered from it."""
+    session, _ = planned(2000, scratch={"backward": {"mm": 500}, "forward": {"mm": 10_000}})
+    record_compiled(session, "model__0_forward_1", forward(), [0], [True], [frozenset({"relu"})])
+    record_compiled(session, "model__0_backward_3", backward(), [0, 1], GENERATED,
+                    [frozenset({"mm", "view"}), frozenset({"mul"})])
+    (amended,) = session.partitions
+    assert amended.compiled_peak == 50 + 400 + 100 + 600 + 500 and amended.feasible

@@ -176,15 +176,41 @@ def test_a_step_of_two_regions_is_judged_by_the_region_where_its_estimate_peaks(
     """GPT-2's step is compiled in two regions: the model (387 nodes) and the loss (45 nodes), which runs while
     the model's saved values are held (``held_before``) and peaks higher. The step's budget and estimate are the
     loss region's: judged by the model region alone, a real peak equal to the loss region's estimate read as 44%
-    above its budget."""
+    above its budget. Each region has its own budget, and the step meets its own when every region does: at 0.77
+    the model region's compiled graphs (34.23 MB) exceed that region's budget (31.81 MB), so the step's is not
+    called met, though its peak, the loss region's, is under the step's. The loss region, compiled after the
+    other, is not checked on its compiled graphs (their inputs include the logits, which Inductor's model of them
+    leaves out)."""
     from benchmarks.real.budget_report import budget_row
 
-    row = budget_row(budget_cached("GPT2LMHeadModel"))
+    cached = budget_cached("GPT2LMHeadModel")
+    row = budget_row(cached)
     at = {p.fraction: p for p in row.ours}
     assert (at[1.0].budget_bytes, at[1.0].estimate) == (59450440, 59450440)
-    assert (at[0.77].budget_bytes, at[0.77].estimate) == (45776838, 44695624) and at[0.77].feasible
+    assert (at[0.77].budget_bytes, at[0.77].estimate) == (45776838, 44695624) and not at[0.77].feasible
+    regions = [r for r in cached["variants"]["ours 0.77"]["records"] if r["kind"] == "partition"]
+    assert [(r["budget_bytes"], r["compiled_peak"], r["feasible"]) for r in regions] == [
+        (31808860, 34231296, False), (45776838, None, True)]
     assert all(abs(p.real_peak / p.estimate - 1) < 0.001 for p in row.ours)
     assert row.within_budget and row.monotone
+
+
+def test_a_budget_the_compiled_graphs_exceed_is_not_called_met():
+    """T5 at 0.69: the plan's estimate (46.93 MB) meets the budget (46.98 MB); the graphs Inductor compiled from it
+    replay to 48.87 MB, and the step measures 48.33 MB. The record says not met, so the row is within budget; with
+    the plan's verdict alone it was not."""
+    from benchmarks.real.budget_report import budget_row
+
+    cached = budget_cached("T5ForConditionalGeneration")
+    row = budget_row(cached)
+    point = next(p for p in row.ours if p.fraction == 0.69)
+    assert point.estimate <= point.budget_bytes < point.compiled_estimate and not point.feasible
+    assert point.real_peak > point.budget_bytes * 1.02 and row.within_budget
+    assert all(abs(e) < 0.03 for e in row.compiled_errors())  # the replay within 3% of the real peak
+    for record in cached["variants"]["ours 0.69"]["records"]:
+        if record["kind"] == "partition":
+            record["feasible"], record["compiled_peak"] = True, None
+    assert not budget_row(cached).within_budget
 
 
 def test_our_differences_to_stock_are_judged_against_eagers_on_the_same_step():

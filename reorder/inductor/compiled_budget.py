@@ -17,7 +17,10 @@ of its size, extern kernels' workspaces count), with
   views of them, :func:`~reorder.budget.step_peak.free_values`) at zero bytes;
 * the backward's tangents freed after their last reader;
 * the saved values the backward owns (:func:`~reorder.budget.step_peak.donated_values`)
-  open to in-place writes, as the other inputs are not.
+  open to in-place writes, as the other inputs are not;
+* an extern kernel's scratch as the partitioner's probe measured it for the
+  joint graph's node of the same name (:mod:`~reorder.inductor.scratch`:
+  oneDNN's convolutions), in the layout of the program that runs it.
 
 The region's compiled peak is what earlier regions hold plus the higher of
 the two replays, and its :class:`~reorder.inductor.session.PartitionRecord`
@@ -25,6 +28,12 @@ is amended: ``compiled_peak``, and ``feasible`` only if that fits the budget
 too. A budget the plan met and the compiled graphs do not gets a WARNING.
 This checks the choice; it does not change it (the forward is compiled
 before the backward exists, so no other partition can be made by then).
+
+Only the first region of a step is checked: a later one (after a graph
+break) takes activations of the earlier ones as inputs that Inductor's model
+of its graphs leaves out (it names them as it names parameters,
+``primals_*``, and counts neither), so its replay would miss them (the 20 MB
+logits GPT-2's loss region receives).
 
 A region's graphs are found by the name AOTAutograd gives them: the joint
 graph ``model__0_joint_0`` partitioned into ``model__0_forward_1`` and
@@ -47,8 +56,8 @@ from ..budget.wrapper_reuse import wrapper_peak
 from ..graph import Graph
 from .session import PartitionRecord, Session
 
-__all__ = ["RegionPlan", "allocated_peak", "check_compiled", "expect_region", "generated_kernels", "record_compiled",
-           "region_of"]
+__all__ = ["RegionPlan", "allocated_peak", "check_compiled", "expect_region", "generated_kernels", "origin_names",
+           "record_compiled", "region_of"]
 
 log = logging.getLogger("reorder")
 
@@ -56,11 +65,13 @@ log = logging.getLogger("reorder")
 @dataclass
 class RegionPlan:
     """What the check of one region needs from its partition: its record (as added to the session), the inputs
-    that cost nothing, the saved values the backward owns, and the replayed peak of each graph compiled so far."""
+    that cost nothing, the saved values the backward owns, the scratch of the nodes that have any in each graph
+    (``"forward"`` and ``"backward"``: node name -> bytes), and the replayed peak of each graph compiled so far."""
 
     record: PartitionRecord
     free_inputs: frozenset[str]
     donated_inputs: frozenset[str]
+    scratch: dict[str, dict[str, int]] = field(default_factory=dict)
     peaks: dict[str, int] = field(default_factory=dict)
 
 
@@ -86,19 +97,21 @@ def expect_region(session: Session, joint_name: str, plan: RegionPlan) -> None:
 
 
 def allocated_peak(graph: Graph, order: Sequence[int], generated: Sequence[bool], free_inputs: frozenset[str],
-                   donated_inputs: frozenset[str]) -> int:
+                   donated_inputs: frozenset[str], scratch: Sequence[int] | None = None) -> int:
     """The peak bytes a compiled graph's generated code allocates above its start, running ``order``.
 
     ``generated[v]``: Inductor generates node ``v``'s kernel (extern kernels
     never write in place). Inputs in ``free_inputs`` count nothing; inputs in
     ``donated_inputs`` may be written in place once they die, and so may every
     buffer the graph produces, but a multi-output parent or a mutation's alias.
+    ``scratch[v]``: what node ``v``'s kernel allocates and frees beyond Inductor's workspace.
     """
     graph = graph.with_free_inputs(free_inputs)
     reusable = [not graph.children[b] and graph.alias_of[b] is None and
                 (not graph.is_input[b] or graph.buffer_names[b] in donated_inputs)
                 for b in range(graph.num_buffers)]
-    return wrapper_peak(graph, order, generated, reusable, graph.workspace)
+    during = [w + (scratch[v] if scratch is not None else 0) for v, w in enumerate(graph.workspace)]
+    return wrapper_peak(graph, order, generated, reusable, during)
 
 
 def generated_kernels(nodes: list) -> list[bool]:
@@ -108,17 +121,29 @@ def generated_kernels(nodes: list) -> list[bool]:
     return [not isinstance(node, (ExternKernelSchedulerNode, NopKernelSchedulerNode)) for node in nodes]
 
 
+def origin_names(nodes: list) -> list[frozenset[str]]:
+    """Per scheduler node: the names of the fx nodes it was lowered from (its fused members' too); none for an
+    element of a multi-output kernel, which runs nothing (its kernel's node has the origins)."""
+    from torch._inductor.ir import MultiOutput
+
+    return [frozenset(origin.name for member in node.get_nodes() if not isinstance(member.node, MultiOutput)
+                      for origin in getattr(member.node, "origins", ())) for node in nodes]
+
+
 def record_compiled(session: Session, graph_name: str, graph: Graph, order: Sequence[int],
-                    generated: Sequence[bool]) -> None:
-    """Replay a budgeted region's compiled forward or backward (``graph`` in the kept ``order``); once both are
-    known, amend the region's record (see the module docstring). Graphs of no budgeted region pass through."""
+                    generated: Sequence[bool], origins: Sequence[frozenset[str]] = ()) -> None:
+    """Replay a budgeted region's compiled forward or backward (``graph`` in the kept ``order``; ``origins``: per
+    node, the fx nodes it was lowered from, for their scratch); once both are known, amend the region's record
+    (see the module docstring). Graphs of no budgeted region pass through."""
     region = region_of(graph_name)
     with _lock:
         plan = _plans.get(session, {}).get(region[0]) if region is not None else None
     if plan is None or region[1] == "joint":
         return
+    measured = plan.scratch.get(region[1], {})
+    scratch = [sum(measured.get(name, 0) for name in names) for names in origins] if origins else None
     plan.peaks[region[1]] = allocated_peak(graph, order, generated, plan.free_inputs,
-                                           plan.donated_inputs if region[1] == "backward" else frozenset())
+                                           plan.donated_inputs if region[1] == "backward" else frozenset(), scratch)
     if len(plan.peaks) < 2:
         return
     record = plan.record
@@ -136,7 +161,7 @@ def record_compiled(session: Session, graph_name: str, graph: Graph, order: Sequ
 def check_compiled(session: Session, graph_name: str, nodes: list, graph: Graph, order: Sequence[int]) -> None:
     """:func:`record_compiled` for the scheduler ``nodes`` our reorder pass ordered; an error is a WARNING."""
     try:
-        record_compiled(session, graph_name, graph, order, generated_kernels(nodes))
+        record_compiled(session, graph_name, graph, order, generated_kernels(nodes), origin_names(nodes))
     except Exception as exc:  # noqa: BLE001 - the user's compile must go on
         log.warning("reorder: could not check the memory budget on the compiled %s: %s: %s", graph_name,
                     type(exc).__name__, exc)

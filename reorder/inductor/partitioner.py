@@ -48,7 +48,7 @@ import time
 
 from ..budget.frontier import Candidate, frontier
 from ..budget.partition import partition_of
-from ..budget.step_peak import donated_values, free_values, step_peak
+from ..budget.step_peak import donated_values, free_values, programs_of, step_peak
 from .adapter import graph_being_compiled
 from .compiled_budget import RegionPlan, expect_region
 from .joint_adapter import recompute_policy, saved_names, step_graph_from_joint
@@ -112,7 +112,8 @@ class BudgetPartitioner(_custom_partitioner_base()):
             return stock
         if session is not None:
             session.add(record)
-            expect_region(session, name, plan)
+            if plan is not None:
+                expect_region(session, name, plan)
         if not record.feasible:
             log.warning("reorder: %s: memory budget %s B cannot be met; the lowest estimated step peak found is "
                         "%s B (stock's: %s B)", name, f"{record.budget_bytes:,}", f"{record.peak:,}",
@@ -122,7 +123,7 @@ class BudgetPartitioner(_custom_partitioner_base()):
         return modules
 
     def _partition(self, gm, joint_inputs, kwargs: dict, stock: tuple, name: str,
-                   session: Session | None) -> tuple[PartitionRecord, tuple, RegionPlan]:
+                   session: Session | None) -> tuple[PartitionRecord, tuple, RegionPlan | None]:
         t0 = time.perf_counter()
         num_fwd_outputs = kwargs["num_fwd_outputs"]
         digest = joint_digest(gm)
@@ -171,9 +172,15 @@ class BudgetPartitioner(_custom_partitioner_base()):
             seconds=time.perf_counter() - t0,
             note=note.lstrip("; "),
         )
+        # the compiled graphs of a region after the first take the activations handed over as inputs that
+        # Inductor's model of them leaves out (named as parameters are): they are not checked
         names = lambda values: frozenset(graph.node_names[v] for v in values)  # noqa: E731
-        plan = RegionPlan(record, names(free_values(graph, chosen.partition)),
-                          names(donated_values(graph, chosen.partition)))
+        plan = None
+        if not earlier:
+            programs = dict(zip(("forward", "backward"), programs_of(graph, chosen.partition)))
+            plan = RegionPlan(record, names(free_values(graph, chosen.partition)),
+                              names(donated_values(graph, chosen.partition)),
+                              {kind: _scratch_by_name(program) for kind, program in programs.items()})
         return record, modules, plan
 
 
@@ -186,6 +193,11 @@ def joint_digest(gm) -> str:
 def _saved(graph, forward_module, num_fwd_outputs: int) -> list[int]:
     """Our node ids of the tensors a partitioned forward saves (random states it adds are not joint-graph nodes)."""
     return [graph.index[n] for n in saved_names(forward_module, num_fwd_outputs) if n in graph.index]
+
+
+def _scratch_by_name(program) -> dict[str, int]:
+    """A program's nodes that have scratch, by name (the joint graph's, which Inductor's graphs keep)."""
+    return {name: bytes_ for name, bytes_ in zip(program.graph.node_names, program.scratch) if bytes_}
 
 
 def _ops(graph, nodes) -> int:
