@@ -141,7 +141,8 @@ def record_compiled(session: Session, graph_name: str, graph: Graph, order: Sequ
     if plan is None or region[1] == "joint":
         return
     measured = plan.scratch.get(region[1], {})
-    scratch = [sum(measured.get(name, 0) for name in names) for names in origins] if origins else None
+    scratch = [0 if made else sum(measured.get(name, 0) for name in names)  # extern kernels' scratch only
+               for made, names in zip(generated, origins)] if origins else None
     plan.peaks[region[1]] = allocated_peak(graph, order, generated, plan.free_inputs,
                                            plan.donated_inputs if region[1] == "backward" else frozenset(), scratch)
     if len(plan.peaks) < 2:
