@@ -83,6 +83,7 @@ def test_a_budget_the_compiled_graphs_exceed_is_not_met_and_warns(caplog):
         compile_both(session)
     (amended,) = session.partitions
     assert amended.compiled_peak == 1150 and not amended.feasible
+    assert "(within, but NOT as compiled, compiled graphs 1.12 KiB)" in session.summary(), session.summary()
     assert "memory budget 1,100 B is met by the partition's estimate (1,000 B) but not by the graphs Inductor " \
            "compiled from it (1,150 B)" in caplog.text
 

@@ -587,9 +587,13 @@ class Session:
 def partition_line(r: PartitionRecord) -> str:
     """One summary line for a :class:`PartitionRecord`."""
     budget = f"{r.budget:g} of stock's {format_bytes(r.stock_peak)}" if isinstance(r.budget, float) else "given"
-    verdict = "within" if r.feasible else "NOT within; the lowest found"
+    if r.peak > r.budget_bytes:
+        verdict = "NOT within; the lowest found"
+    else:
+        verdict = "within" if r.feasible else "within, but NOT as compiled"
+    compiled = "" if r.compiled_peak is None else f", compiled graphs {format_bytes(r.compiled_peak)}"
     return (f"memory budget in {r.graph}: {format_bytes(r.budget_bytes)} ({budget}); estimated step peak "
-            f"{format_bytes(r.stock_peak)} -> {format_bytes(r.peak)} ({verdict}); saved "
+            f"{format_bytes(r.stock_peak)} -> {format_bytes(r.peak)} ({verdict}{compiled}); saved "
             f"{format_bytes(r.stock_saved_bytes)} -> {format_bytes(r.saved_bytes)}; recomputed ops "
             f"{r.stock_recomputed} -> {r.recomputed} ({r.stock_recomputed_flops / 1e9:.3g} -> "
             f"{r.recomputed_flops / 1e9:.3g} GFLOP); {r.source}")
