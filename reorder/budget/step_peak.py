@@ -116,14 +116,14 @@ def programs_of(graph: StepGraph, partition: Partition) -> tuple[Program, Progra
     saved; a saved one is handed to the backward, which frees it after its last reader but never writes into
     it: AOTAutograd donates to the backward only saved values that alias no input or output of the forward.
     """
-    free = graph.costs_nothing
+    free = set(free_values(graph, partition))
     donated = set(donated_values(graph, partition))
-    forward_inputs = {v: _Input(0, False, False) if free[v] else _Input(graph.bytes[v], True, False)
+    forward_inputs = {v: _Input(0, False, False) if v in free else _Input(graph.bytes[v], True, False)
                       for v in range(graph.num_nodes) if graph.role[v] == "primal"}
     backward_inputs: dict[int, _Input] = {}
     for v in partition.saved:
         s = graph.storage[v]
-        backward_inputs[v] = _Input(0, False, False) if free[s] else _Input(graph.bytes[s], True, v in donated)
+        backward_inputs[v] = _Input(0, False, False) if v in free else _Input(graph.bytes[s], True, v in donated)
     for v in range(graph.num_nodes):
         if graph.role[v] == "tangent":
             backward_inputs[v] = _Input(graph.bytes[v], True, False)
