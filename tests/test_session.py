@@ -15,7 +15,7 @@ from reorder import inductor as hook
 from reorder.errors import ReorderError
 from reorder.graph import BufferSpec, InputSpec, NodeSpec, build_graph
 from reorder.inductor.figures import INDUCTOR_METHODS
-from reorder.inductor.reorder_pass import ReorderPass, choose_freeing_tangents
+from reorder.inductor.reorder_pass import ReorderPass, choose_order
 from reorder.inductor.session import (CacheHitRecord, FallbackRecord, GuardRecord, HookOptions, OrderRecord, Session,
                                       SlabRecord)
 from reorder.schedulers import METHODS, reorder_for_peak_memory
@@ -153,7 +153,7 @@ def test_an_order_chosen_for_freed_tangents_above_the_minimum_is_not_called_opti
     graph, real_graph = backward_like(False), backward_like(True)
     result = reorder_for_peak_memory(graph)
     assert result.optimal and result.notes["exact"].startswith("starting order is optimal")
-    choice = choose_freeing_tangents(graph, real_graph, result)
+    choice = choose_order(graph, real_graph, result)
     assert choice.method.startswith("tangents_freed_") and choice.peak > result.peak
     assert not choice.optimal
     assert choice.peak_tangents_freed <= choice.peak_tangents_freed_of_stock_order
@@ -166,7 +166,7 @@ def test_an_order_chosen_for_freed_tangents_above_the_minimum_is_not_called_opti
 def test_an_order_at_the_minimum_keeps_the_notes_of_the_methods():
     graph = backward_like(False)
     result = reorder_for_peak_memory(graph)
-    choice = choose_freeing_tangents(graph, graph, result)  # nothing to free: the lowest estimate is kept
+    choice = choose_order(graph, graph, result)  # nothing to free: the lowest estimate is kept
     assert choice.peak == result.peak and choice.optimal and choice.notes == result.notes
 
 

@@ -14,7 +14,8 @@ For each training row of the real-model benchmark (bench size), in one process:
 Every variant compiles a fresh copy of the same seeded model, with an Inductor backend of its own (so that
 dynamo never runs one variant's code for another, :meth:`benchmarks.variants.Variant.compile`), and runs its
 first two steps in its own context (a second step may still compile). The first step's loss and gradients
-are compared with stock's (largest difference relative to each tensor's magnitude). Each variant's real
+are compared with stock's: the largest difference relative to each tensor's magnitude, and PyTorch's accuracy
+rule against a float64 eager run of the same step (:func:`benchmarks.real.run.as_accurate`). Each variant's real
 peak is one step measured by :func:`reorder.measure.measure`; step times are medians over ``--rounds``
 rounds that call every variant once, in alternation, in this process. A compile after the first two steps
 would run outside its variant's context: the row counts such compiles and the report says so.
@@ -47,7 +48,7 @@ from ..variants import Variant, functorch, hooked, load_records, records_json
 from .budget_report import BUDGETS
 from .models import BATCH, MODELS, build, parameter_bytes
 from .report import RESULTS
-from .run import _difference, _step_function, _tensors
+from .run import _difference, _step_function, _tensors, as_accurate, float64_reference
 
 __all__ = ["fractions_for", "main", "refresh_records", "run_row", "variants_for"]
 
@@ -145,6 +146,7 @@ def run_row(name: str, size: str = "bench", points: int = POINTS, rounds: int = 
     config.force_disable_caches = True
     dynamo_config.recompile_limit = dynamo_config.accumulated_recompile_limit = 1024  # every variant compiles anew
     base, inputs = build(name, size, "train")
+    reference = float64_reference(base, inputs)
     torch._dynamo.reset()
     first = _prepare(base, inputs, "ours", 1.0, ours(1.0))
     fractions = fractions_for(load_records({"records": first.records}), points)
@@ -171,12 +173,14 @@ def run_row(name: str, size: str = "bench", points: int = POINTS, rounds: int = 
     for p in prepared:
         m = peaks[p.variant.name]
         step_seconds = statistics.median(times[p.variant.name])
+        accuracy = as_accurate(p.checked, stock.checked, reference)
         row["variants"][p.variant.name] = {
             "kind": p.kind, "fraction": p.fraction, "description": p.variant.description,
             "real_peak": m.peak, "held_at_backward": m.held_at_backward, "peak_composition": m.peak_composition,
             "step_seconds": step_seconds, "step_times": times[p.variant.name],
             "compile_seconds": max(0.0, p.first_two_seconds - 2 * step_seconds),
             "difference_to_stock": _difference(p.checked, stock.checked),
+            "as_accurate_as_stock": accuracy and accuracy[0], "error_to_stocks": accuracy and accuracy[1],
             "records": p.records,
         }
     torch._dynamo.reset()

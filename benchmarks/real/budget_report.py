@@ -10,6 +10,10 @@ measurements, none assumed):
   graphs' check, :mod:`reorder.inductor.compiled_budget`), the real peak is at most 2% above the budget's bytes;
 * **at 1.0**: our real peak is at most stock's;
 * **as close as eager**: our largest difference to stock (loss and gradients) is at most eager's on the same step;
+* **as accurate as stock**: every loss and gradient of ours passes PyTorch's own accuracy rule against stock's,
+  with a float64 eager run of the step as the reference (``torch._dynamo.utils.same``,
+  :func:`benchmarks.real.run.as_accurate`): the check the previous one approximates, without dividing rounding by
+  rounding where a gradient is zero in exact arithmetic;
 * **dominates**: for every fraction Inductor's budget ran at, one of our points has a real peak at or below
   Inductor's and a step time at most 5% above it: the median, over the rounds, of our step's time over
   Inductor's in the same round (both ran in every round, one after the other, so a slow stretch of the shared
@@ -54,6 +58,8 @@ class Point:
     estimate: int | None = None
     feasible: bool | None = None
     compiled_estimate: int | None = None
+    as_accurate_as_stock: bool | None = None
+    error_to_stocks: float | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,19 @@ class BudgetRow:
         None where that row was not measured."""
         return None if self.eager_difference is None else self.our_largest_difference <= self.eager_difference
 
+    @property
+    def as_accurate_as_stock(self) -> bool | None:
+        """Every point of ours passes PyTorch's accuracy rule against stock with the float64 reference
+        (:func:`benchmarks.real.run.as_accurate`); None where a point was measured before the rule was."""
+        verdicts = [p.as_accurate_as_stock for p in self.ours]
+        return None if None in verdicts else all(verdicts)
+
+    @property
+    def error_to_stocks(self) -> float | None:
+        """The largest, over our points and tensors, of our distance to the float64 reference over stock's."""
+        ratios = [p.error_to_stocks for p in self.ours]
+        return None if None in ratios or not ratios else max(ratios)
+
 
 def _largest_difference(points) -> float:
     """The largest difference of the loss or a gradient to stock's over ``points`` (0 where none was measured)."""
@@ -171,7 +190,9 @@ def budget_row(row: dict) -> BudgetRow:
         if partitions:  # a step of several regions: the step's figures (:func:`step_figures`)
             extra = step_figures(partitions)
         points.append(Point(name, v["kind"], v["fraction"], v["real_peak"], v["step_seconds"],
-                            v["difference_to_stock"], tuple(v.get("step_times", ())), **extra))
+                            v["difference_to_stock"], tuple(v.get("step_times", ())), **extra,
+                            as_accurate_as_stock=v.get("as_accurate_as_stock"),
+                            error_to_stocks=v.get("error_to_stocks")))
     by_fraction = lambda p: -(p.fraction or 0.0)  # noqa: E731
     return BudgetRow(row["model"], next(p for p in points if p.kind == "stock"),
                      tuple(sorted((p for p in points if p.kind == "ours"), key=by_fraction)),
@@ -212,7 +233,10 @@ SUMMARY = (_left("model", lambda r: r.model), Column("stock MB", lambda r: r.sto
            Column("real vs compiled est.", lambda r: r.compiled_errors(), _span),
            Column("largest difference to stock", lambda r: r.largest_difference, lambda x: f"{x:.1e}"),
            Column("eager's difference to stock", lambda r: r.eager_difference, lambda x: f"{x:.1e}"),
-           Column("ours within eager's", lambda r: r.as_close_as_eager, lambda f: "" if f is None else _yes(f)))
+           Column("ours within eager's", lambda r: r.as_close_as_eager, lambda f: "" if f is None else _yes(f)),
+           Column("error vs stock's (float64 ref.)", lambda r: r.error_to_stocks,
+                  lambda x: "" if x is None else f"{x:.2f}x"),
+           Column("as accurate as stock", lambda r: r.as_accurate_as_stock, lambda f: "" if f is None else _yes(f)))
 
 
 def _detail(row: BudgetRow) -> list[str]:
@@ -305,7 +329,10 @@ def budget_section(folder: Path = BUDGETS) -> list[str]:
              "stock's and the reorder pass orders it); the largest difference of the loss or any gradient to "
              "stock's (ours and Inductor's points) is relative to each tensor's largest magnitude, and `ours within "
              "eager's`: our points' largest difference is at most eager's on the same step (the main table's "
-             "`eager vs stock`).", "",
+             "`eager vs stock`); `as accurate as stock`: every loss and gradient of our points passes PyTorch's own "
+             "accuracy rule (`torch._dynamo.utils.same`, tolerance 1e-4) against stock's, with a float64 eager run "
+             "of the same step as the reference, and `error vs stock's` is the largest ratio of our root mean "
+             "square error against that reference to stock's.", "",
              *markdown(SUMMARY, rows), ""]
     for row in rows:
         lines += _detail(row)

@@ -139,6 +139,44 @@ def _difference(a: list[torch.Tensor], b: list[torch.Tensor]) -> float | None:
     return worst
 
 
+#: The tolerance of :func:`as_accurate`: ``torch._dynamo.utils.same``'s default.
+ACCURACY_TOLERANCE = 1e-4
+
+
+def float64_reference(base: torch.nn.Module, inputs: dict) -> list[torch.Tensor]:
+    """The training step's loss and gradients computed eagerly in float64 (a copy of ``base``, floating inputs
+    cast): the reference that PyTorch's own accuracy checks judge compiled results against, in the order of a
+    variant's checked tensors (the loss, then each parameter's gradient)."""
+    model = copy.deepcopy(base).double()
+    cast = {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()}
+    loss = _step_function(model, "train")(cast)
+    loss.backward()
+    return [t.detach() for t in _tensors(loss)] + [p.grad for p in model.parameters() if p.grad is not None]
+
+
+def as_accurate(ours: list[torch.Tensor], stock: list[torch.Tensor], reference: list[torch.Tensor],
+                tol: float = ACCURACY_TOLERANCE) -> tuple[bool, float] | None:
+    """Whether every tensor of ``ours`` passes PyTorch's accuracy rule against stock's
+    (``torch._dynamo.utils.same``, as its benchmark suite applies it: equal within ``tol`` absolute and relative,
+    or no further from the float64 ``reference`` than a small multiple of stock's distance, by root mean square
+    error, plus ``tol / 10``), and the largest ratio of our error to stock's (both against the reference; 0
+    where both are exact). None where the structures differ. A tensor that is zero in exact arithmetic holds
+    only rounding, so two correct programs differ there by 100% of its magnitude; this rule judges it by its
+    distance to the exact value instead."""
+    from torch._dynamo.utils import rmse, same
+
+    if not (len(ours) == len(stock) == len(reference)) or any(
+            x.shape != y.shape or x.shape != r.shape for x, y, r in zip(ours, stock, reference, strict=True)):
+        return None
+    passed, worst = True, 0.0
+    for x, y, r in zip(ours, stock, reference, strict=True):
+        passed &= bool(same(y, x, fp64_ref=r, tol=tol, log_error=lambda *args: None))
+        ours_error, stock_error = float(rmse(r, x.double())), float(rmse(r, y.double()))
+        if ours_error:
+            worst = max(worst, ours_error / stock_error if stock_error else float("inf"))
+    return passed, worst
+
+
 def run_case(name: str, size: str, mode: str, variants: tuple[Variant, ...] = VARIANTS,
              capture_dir: Path | None = None) -> dict:
     """Every applicable variant of ``name`` in ``mode``; outputs compared with stock; gaps decomposed."""

@@ -50,14 +50,15 @@ import logging
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
+from ..budget.allocation_search import lower_allocated_peak
 from ..budget.wrapper_reuse import wrapper_peak
 from ..graph import Graph
 from .session import PartitionRecord, Session
 
-__all__ = ["RegionPlan", "allocated_peak", "check_compiled", "expect_region", "generated_kernels", "origin_names",
-           "record_compiled", "region_of"]
+__all__ = ["CompiledReplay", "RegionPlan", "allocated_peak", "check_compiled", "compiled_replay", "expect_region",
+           "generated_kernels", "origin_names", "record_compiled", "region_of"]
 
 log = logging.getLogger("reorder")
 
@@ -106,12 +107,20 @@ def allocated_peak(graph: Graph, order: Sequence[int], generated: Sequence[bool]
     buffer the graph produces, but a multi-output parent or a mutation's alias.
     ``scratch[v]``: what node ``v``'s kernel allocates and frees beyond Inductor's workspace.
     """
+    allocated, reusable, during = _as_allocated(graph, free_inputs, donated_inputs, scratch)
+    return wrapper_peak(allocated, order, generated, reusable, during)
+
+
+def _as_allocated(graph: Graph, free_inputs: frozenset[str], donated_inputs: frozenset[str],
+                  scratch: Sequence[int] | None) -> tuple[Graph, list[bool], list[int]]:
+    """What :func:`allocated_peak` replays: the graph with ``free_inputs`` at zero bytes, per buffer whether its
+    storage can be handed on, per node its workspace and scratch."""
     graph = graph.with_free_inputs(free_inputs)
     reusable = [not graph.children[b] and graph.alias_of[b] is None and
                 (not graph.is_input[b] or graph.buffer_names[b] in donated_inputs)
                 for b in range(graph.num_buffers)]
     during = [w + (scratch[v] if scratch is not None else 0) for v, w in enumerate(graph.workspace)]
-    return wrapper_peak(graph, order, generated, reusable, during)
+    return graph, reusable, during
 
 
 def generated_kernels(nodes: list) -> list[bool]:
@@ -130,21 +139,60 @@ def origin_names(nodes: list) -> list[frozenset[str]]:
                       for origin in getattr(member.node, "origins", ())) for node in nodes]
 
 
+@dataclass(frozen=True)
+class CompiledReplay:
+    """What one compiled graph of a budgeted region allocates for any order of its scheduler nodes: ``plan``
+    (the region's), ``kind`` (``"forward"`` or ``"backward"``), ``generated`` (per node: Inductor generates its
+    kernel) and ``scratch`` (per node: its extern kernel's scratch as the partitioner's probe measured it)."""
+
+    plan: RegionPlan
+    kind: str
+    generated: tuple[bool, ...]
+    scratch: tuple[int, ...] | None
+
+    @property
+    def donated_inputs(self) -> frozenset[str]:
+        """The inputs a kernel may write into once they die: the saved values the backward owns."""
+        return self.plan.donated_inputs if self.kind == "backward" else frozenset()
+
+    def peak(self, graph: Graph, order: Sequence[int]) -> int:
+        """The peak the generated code allocates running ``order`` (:func:`allocated_peak`)."""
+        return allocated_peak(graph, order, self.generated, self.plan.free_inputs, self.donated_inputs, self.scratch)
+
+    def lower(self, graph: Graph, order: Sequence[int], allowed: Callable[[list[int]], bool]) -> tuple[list[int], int]:
+        """``order`` moved node by node while what the generated code allocates falls and ``allowed`` holds
+        (:func:`~reorder.budget.allocation_search.lower_allocated_peak`): the order and its peak."""
+        allocated, reusable, during = _as_allocated(graph, self.plan.free_inputs, self.donated_inputs, self.scratch)
+        return lower_allocated_peak(allocated, order, self.generated, reusable, during, allowed)
+
+
+def compiled_replay(session: Session | None, graph_name: str, generated: Sequence[bool],
+                    origins: Sequence[frozenset[str]] = ()) -> CompiledReplay | None:
+    """The replay of ``graph_name`` if it is the forward or backward of a budgeted region (see the module
+    docstring), else None; ``origins``: per node, the fx nodes it was lowered from, for their scratch."""
+    region = region_of(graph_name)
+    if session is None or region is None or region[1] == "joint":
+        return None
+    with _lock:
+        plan = _plans.get(session, {}).get(region[0])
+    if plan is None:
+        return None
+    measured = plan.scratch.get(region[1], {})
+    scratch = tuple(0 if made else sum(measured.get(name, 0) for name in names)  # extern kernels' scratch only
+                    for made, names in zip(generated, origins)) if origins else None
+    return CompiledReplay(plan, region[1], tuple(generated), scratch)
+
+
 def record_compiled(session: Session, graph_name: str, graph: Graph, order: Sequence[int],
                     generated: Sequence[bool], origins: Sequence[frozenset[str]] = ()) -> None:
     """Replay a budgeted region's compiled forward or backward (``graph`` in the kept ``order``; ``origins``: per
     node, the fx nodes it was lowered from, for their scratch); once both are known, amend the region's record
     (see the module docstring). Graphs of no budgeted region pass through."""
-    region = region_of(graph_name)
-    with _lock:
-        plan = _plans.get(session, {}).get(region[0]) if region is not None else None
-    if plan is None or region[1] == "joint":
+    replay = compiled_replay(session, graph_name, generated, origins)
+    if replay is None:
         return
-    measured = plan.scratch.get(region[1], {})
-    scratch = [0 if made else sum(measured.get(name, 0) for name in names)  # extern kernels' scratch only
-               for made, names in zip(generated, origins)] if origins else None
-    plan.peaks[region[1]] = allocated_peak(graph, order, generated, plan.free_inputs,
-                                           plan.donated_inputs if region[1] == "backward" else frozenset(), scratch)
+    plan = replay.plan
+    plan.peaks[replay.kind] = replay.peak(graph, order)
     if len(plan.peaks) < 2:
         return
     record = plan.record
@@ -155,7 +203,7 @@ def record_compiled(session: Session, graph_name: str, graph: Graph, order: Sequ
     plan.record = amended
     if record.feasible and not amended.feasible:
         log.warning("reorder: %s: memory budget %s B is met by the partition's estimate (%s B) but not by the "
-                    "graphs Inductor compiled from it (%s B)", region[0],
+                    "graphs Inductor compiled from it (%s B)", region_of(graph_name)[0],
                     f"{record.budget_bytes:,}", f"{record.peak:,}", f"{compiled:,}")
 
 

@@ -34,12 +34,12 @@ from ..schedulers.across_sizes import inductor_reference, peaks_at_points
 from ..timeline import estimate_peak_memory
 from .adapter import freed_tangents, fx_graph_cache_hits, graph_being_compiled, graph_from_scheduler
 from .capture import write_capture
-from .compiled_budget import check_compiled
+from .compiled_budget import CompiledReplay, check_compiled, compiled_replay, generated_kernels, origin_names
 from .figures import INDUCTOR_METHODS, inductor_figures
 from .fusion_guard import finish_guard
 from .session import FallbackRecord, HookOptions, OrderRecord, Session, source_hash
 
-__all__ = ["ReorderPass", "TangentChoice", "choose_freeing_tangents"]
+__all__ = ["OrderChoice", "ReorderPass", "choose_order"]
 
 log = logging.getLogger("reorder")
 
@@ -127,7 +127,7 @@ class ReorderPass(_custom_scheduler_pass_base()):
 
     def _reorder_or_keep(self, nodes: list, name: str, session: Session | None) -> list:
         try:
-            record, order, graph = self._reorder(nodes, name)
+            record, order, graph = self._reorder(nodes, name, session)
         except Exception as exc:  # noqa: BLE001 - the user's compile must go on
             reason = f"{type(exc).__name__}: {exc}"
             if session is not None:
@@ -149,7 +149,7 @@ class ReorderPass(_custom_scheduler_pass_base()):
                  record.estimate_of_incoming_order, record.peak, record.method)
         return [nodes[v] for v in order]
 
-    def _reorder(self, nodes: list, name: str) -> tuple[OrderRecord, list[int], Graph]:
+    def _reorder(self, nodes: list, name: str, session: Session | None) -> tuple[OrderRecord, list[int], Graph]:
         """The record and the order kept, with the graph as a real step runs it (tangents freed)."""
         options = self.options
         t0 = time.perf_counter()
@@ -163,7 +163,11 @@ class ReorderPass(_custom_scheduler_pass_base()):
         choice, real_graph = None, graph
         if freed_tangents(nodes, state.graph_inputs):
             real_graph, _ = graph_from_scheduler(nodes, name, free_tangents=True)
-            choice = choose_freeing_tangents(graph, real_graph, result, options.methods, options.max_seconds)
+        replay = _budget_replay(session, name, nodes)
+        t1 = time.perf_counter()
+        if real_graph is not graph or replay is not None:
+            choice = choose_order(graph, real_graph, result, options.methods, options.max_seconds, replay)
+        choice_seconds = time.perf_counter() - t1
         captured = write_capture(options.capture_dir, name, graph, figures) if options.capture_dir else None
         order = choice.order if choice else result.order
         notes = dict(choice.notes if choice else result.notes)
@@ -177,12 +181,13 @@ class ReorderPass(_custom_scheduler_pass_base()):
             methods=result.peaks,
             lower_bound=result.lower_bound,
             optimal=choice.optimal if choice else result.optimal,
-            seconds=convert_seconds + sum(result.seconds.values()),
+            seconds=convert_seconds + sum(result.seconds.values()) + choice_seconds,
             estimate_of_incoming_order=incoming.peak,
             held_at_end=incoming.live[-1],
             notes=notes,
-            peak_tangents_freed=choice.peak_tangents_freed if choice else None,
-            peak_tangents_freed_of_stock_order=choice.peak_tangents_freed_of_stock_order if choice else None,
+            peak_tangents_freed=choice.peak_tangents_freed if real_graph is not graph else None,
+            peak_tangents_freed_of_stock_order=(choice.peak_tangents_freed_of_stock_order
+                                                if real_graph is not graph else None),
             inductor=figures["peak"] if figures else None,
             inductor_seconds={m: figures["seconds"][m] for m in INDUCTOR_METHODS} if figures else None,
             captured=str(captured) if captured else None,
@@ -210,9 +215,18 @@ def _pass_without_session(options: HookOptions, previous, inductor_fallback: boo
     return unpickled
 
 
+def _budget_replay(session: Session | None, name: str, nodes: list) -> CompiledReplay | None:
+    """What the generated code of a budgeted region's graph allocates for an order (None for any other graph,
+    or where the replay cannot be set up: the check on the compiled graphs then says why)."""
+    try:
+        return compiled_replay(session, name, generated_kernels(nodes), origin_names(nodes))
+    except Exception:  # noqa: BLE001 - the order is then chosen on the estimates alone
+        return None
+
+
 @dataclass(frozen=True)
-class TangentChoice:
-    """The order kept for a backward graph once its tangents count as freed (:func:`choose_freeing_tangents`)."""
+class OrderChoice:
+    """The order kept for a graph as a real step runs it (:func:`choose_order`)."""
 
     order: list[int]
     peak: int
@@ -223,47 +237,83 @@ class TangentChoice:
     notes: dict[str, str] = field(default_factory=dict)
 
 
-def choose_freeing_tangents(graph: Graph, real_graph: Graph, result: ReorderResult,
-                            methods: Sequence[str] | None = None, max_seconds: float | None = None) -> TangentChoice:
-    """Our order once a backward's tangents count as freed, as they are in a real step.
+def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, methods: Sequence[str] | None = None,
+                 max_seconds: float | None = None, replay: CompiledReplay | None = None) -> OrderChoice:
+    """Our order for a graph as a real step runs it: its tangents freed, and under a memory budget, what its
+    generated code allocates.
 
     ``graph`` is Inductor's model of the graph and ``result`` our methods on it;
-    ``real_graph`` is the same graph with the tangents freeable (same node ids).
-    Inductor's model never frees tangents
-    (:func:`~reorder.inductor.adapter.freed_tangents`), so two orders it rates
-    equal can differ in a real step by the tangent's bytes: the one that reads
-    it last holds it longest. Our methods run again on ``real_graph``, from
-    every order found so far, and the order kept is the lowest such peak among
-    those whose estimate in Inductor's model is no higher than stock's choice
-    (the first lowest of the incoming order and Inductor's three methods):
-    never worse than stock in either model. On a graph with size symbols,
-    "no higher" holds at every evaluation point of ``result.points``, as the
-    best-of driver asks of its own choice.
+    ``real_graph`` is the same graph with a backward's tangents freeable (same
+    node ids; ``graph`` itself for a forward). Inductor's model never frees
+    tangents (:func:`~reorder.inductor.adapter.freed_tangents`), so two orders
+    it rates equal can differ in a real step by the tangent's bytes: the one
+    that reads it last holds it longest. Our methods run again on
+    ``real_graph`` (when it differs), from every order found so far. Among
+    the orders whose estimate in Inductor's model is no higher than stock's
+    choice (the first lowest of the incoming order and Inductor's three
+    methods), never worse than stock in either model, the order kept is the
+    lowest by
+
+    1. with a ``replay`` (a graph of a region compiled under a memory budget,
+       :class:`~reorder.inductor.compiled_budget.CompiledReplay`), the peak
+       its generated code allocates: in-place updates and the reuse pool make
+       orders of one estimate allocate different peaks;
+    2. the estimate with the tangents freed;
+    3. the estimate in Inductor's model.
+
+    With a ``replay``, that order's nodes are then moved one at a time while
+    each move lowers what the generated code allocates and keeps the estimate
+    no higher than stock's (``moved_<m>``,
+    :func:`~reorder.budget.allocation_search.lower_allocated_peak`).
+
+    On a graph with size symbols, "no higher" holds at every evaluation point
+    of ``result.points``, as the best-of driver asks of its own choice.
 
     The kept order may be above the lowest estimate ``result`` found (which
     its notes may call optimal). Then it is not optimal, and the notes say so:
-    ``"tangents_freed"`` gives both peaks, and every method's note names the
-    order it speaks of.
+    ``"tangents_freed"`` (or ``"allocated"``, when the generated code's peak
+    decided) gives both peaks, and every method's note names the order it
+    speaks of.
     """
-    real_result = reorder_for_peak_memory(real_graph, methods, candidates=result.orders, max_seconds=max_seconds)
+    orders = {}
+    if real_graph is not graph:
+        real_result = reorder_for_peak_memory(real_graph, methods, candidates=result.orders, max_seconds=max_seconds)
+        orders = {f"tangents_freed_{m}": o for m, o in real_result.orders.items()}
+    orders.update(result.orders)
     stock = inductor_reference(result.peaks)
-    options = {**{f"tangents_freed_{m}": o for m, o in real_result.orders.items()}, **result.orders}
     points = list(result.points.items()) or [("hint", {})]
-    table = peaks_at_points(graph, options, points)
+    table = peaks_at_points(graph, orders, points)
+    allocated = replay.peak if replay is not None else lambda g, order: 0
     scored = []
-    for method, candidate in options.items():
+    for method, candidate in orders.items():
         if all(peaks[method] <= peaks[stock] for peaks in table.values()):
-            scored.append((estimate_peak_memory(real_graph, candidate).peak, table[points[0][0]][method], method,
-                           candidate))
-    real_peak, peak, method, order = min(scored, key=lambda s: s[:2])
+            scored.append((allocated(real_graph, candidate), estimate_peak_memory(real_graph, candidate).peak,
+                           table[points[0][0]][method], method, candidate))
+    allocated_peak, real_peak, peak, method, order = min(scored, key=lambda s: s[:3])
+    if replay is not None:
+        def no_higher_than_stock(candidate: list[int]) -> bool:
+            found = peaks_at_points(graph, {"moved": candidate, "stock": result.orders[stock]}, points)
+            return all(peaks["moved"] <= peaks["stock"] for peaks in found.values())
+
+        moved, moved_peak = replay.lower(real_graph, order, no_higher_than_stock)
+        if moved_peak < allocated_peak:
+            allocated_peak, order, method = moved_peak, moved, f"moved_{method}"
+            real_peak = estimate_peak_memory(real_graph, order).peak
+            peak = estimate_peak_memory(graph, order).peak
     stock_real_peak = estimate_peak_memory(real_graph, result.orders[stock]).peak
     notes = dict(result.notes)
+    lowest = f"the order of lowest estimate ({result.method}, {result.peak:,} B)"
+    above = ""
     if peak > result.peak:
-        lowest = f"the order of lowest estimate ({result.method}, {result.peak:,} B)"
         notes = {key: f"about {lowest}: {note}" if key in result.peaks and not note.startswith("about ") else note
                  for key, note in notes.items()}
+        above = f"; its estimate, {peak:,} B, is {peak - result.peak:,} B above {lowest}, so it is not optimal"
+    allocated_by_lowest = allocated(real_graph, result.order)
+    if allocated_peak < allocated_by_lowest:
+        notes["allocated"] = (f"kept {method} for what its generated code allocates: {allocated_peak:,} B against "
+                              f"{allocated_by_lowest:,} B for {lowest}{above}")
+    elif above:
         notes["tangents_freed"] = (f"kept {method} for a real step: {real_peak:,} B with the tangents freed against "
-                                   f"{stock_real_peak:,} B for stock's order; its estimate, {peak:,} B, is "
-                                   f"{peak - result.peak:,} B above {lowest}, so it is not optimal")
-    return TangentChoice(list(order), peak, method, result.optimal and peak == result.peak, real_peak,
-                         stock_real_peak, notes)
+                                   f"{stock_real_peak:,} B for stock's order{above}")
+    return OrderChoice(list(order), peak, method, result.optimal and peak == result.peak, real_peak,
+                       stock_real_peak, notes)

@@ -210,7 +210,11 @@ class OrderRecord(_Record):
     (``exact``'s "starting order is optimal" speaks of the order it started
     from); when a ``tangents_freed_<m>`` order above that minimum is chosen,
     the notes say so under ``"tangents_freed"`` and every other note names the
-    order it is about, so that no note calls a non-optimal order optimal.
+    order it is about, so that no note calls a non-optimal order optimal. In a
+    graph of a region compiled under a memory budget, the order kept is the one
+    whose generated code allocates least among those no higher than stock's
+    estimate, and ``"allocated"`` says so where that decided it (both replayed
+    peaks, :func:`~reorder.inductor.reorder_pass.choose_order`).
     ``estimate_of_incoming_order``: the estimate of the order Inductor handed
     us. ``held_at_end``: the bytes the graph's outputs hold when it ends, under
     every order (for a training forward, its outputs and the tensors it saves
