@@ -7,8 +7,14 @@ import pytest
 
 from reorder.graph import BufferSpec, InputSpec, NodeSpec, build_graph
 from reorder.inductor import PartitionRecord
-from reorder.inductor.compiled_budget import RegionPlan, allocated_peak, expect_region, record_compiled, region_of
+from reorder.budget.allocation_search import lower_allocated_peak
+from reorder.budget.wrapper_reuse import wrapper_peak
+from reorder.inductor.compiled_budget import (RegionPlan, allocated_peak, compiled_replay, expect_region,
+                                              record_compiled, region_of)
+from reorder.inductor.reorder_pass import choose_order
 from reorder.inductor.session import Session
+from reorder.schedulers import reorder_for_peak_memory
+from reorder.timeline import estimate_peak_memory
 
 
 def backward(name: str = "model__0_backward_3"):
@@ -111,3 +117,59 @@ def test_an_extern_kernels_scratch_counts_while_it_runs():
                     [frozenset({"mm", "view"}), frozenset({"mul"})])
     (amended,) = session.partitions
     assert amended.compiled_peak == 50 + 400 + 100 + 600 + 500 and amended.feasible
+
+
+def gelu_backward(name: str = "model__0_backward_3"):
+    """A feed-forward layer's backward, as DeBERTa-v2's under a budget: the input gradient of the second matrix
+    product (1000 B), the recomputed GELU output (600 B) for its weight gradient, and the GELU's backward, a
+    generated kernel that reads the gradient and the saved pre-activation (1000 B). Listed, the gradient is
+    computed first and the GELU's backward last, so both 1000 B buffers are live beside the GELU output; the GELU
+    and the weight gradient first let the backward write into the gradient as both its inputs die."""
+    return build_graph(
+        [NodeSpec("mm_2", [BufferSpec("grad", 1000)], reads=["tangents_1"]),
+         NodeSpec("gelu", [BufferSpec("gelu", 600)], reads=["saved"]),
+         NodeSpec("mm_3", [BufferSpec("weight_grad", 10)], reads=["gelu", "tangents_1"]),
+         NodeSpec("gelu_backward", [BufferSpec("grad_in", 1000)], reads=["grad", "saved"])],
+        [InputSpec("saved", 1000), InputSpec("tangents_1", 100)], ["weight_grad", "grad_in"], name=name)
+
+
+GELU_GENERATED = [False, True, False, True]
+
+
+def test_nodes_move_while_what_the_generated_code_allocates_falls():
+    g = gelu_backward()
+    reusable = [True] * g.num_buffers
+    # listed: saved + tangent + grad + gelu + weight gradient, then grad_in written into grad
+    assert wrapper_peak(g, [0, 1, 2, 3], GELU_GENERATED, reusable) == 2710
+    # the same estimate either way: Inductor's model cannot tell the two orders apart
+    assert estimate_peak_memory(g, [0, 1, 2, 3]).peak == estimate_peak_memory(g, [1, 2, 0, 3]).peak == 3010
+    assert lower_allocated_peak(g, [0, 1, 2, 3], GELU_GENERATED, reusable, None, lambda order: True) == (
+        [1, 2, 0, 3], 2110)
+    # the caller's ceiling holds every move back, and so does a count of no replays
+    assert lower_allocated_peak(g, [0, 1, 2, 3], GELU_GENERATED, reusable, None, lambda order: False) == (
+        [0, 1, 2, 3], 2710)
+    assert lower_allocated_peak(g, [0, 1, 2, 3], GELU_GENERATED, reusable, None, lambda order: True,
+                                evaluations=0) == ([0, 1, 2, 3], 2710)
+    moved, _ = lower_allocated_peak(g, [0, 1, 2, 3], GELU_GENERATED, reusable, None, lambda order: True)
+    g.check_order(moved)
+
+
+def test_a_budgeted_graph_is_ordered_by_what_its_generated_code_allocates():
+    """Our methods keep the listed order (the lowest estimate, 3010 B, first found); in a budgeted region's
+    backward the pass keeps an order of the same estimate whose generated code allocates 2110 B instead of 2710 B:
+    another method's, or, where none found one, the listed order with its nodes moved."""
+    session, _ = planned(5000)
+    g = gelu_backward()
+    replay = compiled_replay(session, "model__0_backward_3", GELU_GENERATED)
+    for methods, kept in ((None, "lpmf"), (["baseline"], "moved_baseline")):
+        result = reorder_for_peak_memory(g, methods)
+        assert result.peak == 3010 and replay.peak(g, result.order) == 2710
+        choice = choose_order(g, g, result, replay=replay)
+        assert replay.peak(g, choice.order) == 2110 and choice.peak == 3010 and choice.method == kept
+        assert choice.notes["allocated"] == (f"kept {kept} for what its generated code allocates: 2,110 B against "
+                                             f"2,710 B for the order of lowest estimate (baseline, 3,010 B)")
+        assert choice.optimal == result.optimal  # the same estimate: no claim changes
+    # another region's graph, or a graph of no session, has no replay: the lowest estimate is kept
+    assert compiled_replay(session, "model__1_backward_7", GELU_GENERATED) is None
+    assert compiled_replay(None, "model__0_backward_3", GELU_GENERATED) is None
+    assert choose_order(g, g, result).order == result.order

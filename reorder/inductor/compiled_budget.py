@@ -23,11 +23,19 @@ of its size, extern kernels' workspaces count), with
   oneDNN's convolutions), in the layout of the program that runs it.
 
 The region's compiled peak is what earlier regions hold plus the higher of
-the two replays, and its :class:`~reorder.inductor.session.PartitionRecord`
+the two replays (of a graph whose order node moves chose, the higher of its
+replay and that of the order the moves started from: the moves follow the
+replay wherever it errs, so the figure they reached is the one least to
+trust; on T5 at 0.69 a moved backward replayed 2.6 MB below its starting
+order and measured the same), and its :class:`~reorder.inductor.session.PartitionRecord`
 is amended: ``compiled_peak``, and ``feasible`` only if that fits the budget
 too. A budget the plan met and the compiled graphs do not gets a WARNING.
-This checks the choice; it does not change it (the forward is compiled
+This checks the partition; it does not change it (the forward is compiled
 before the backward exists, so no other partition can be made by then).
+The same replay (:class:`CompiledReplay`) orders the region's graphs: the
+reorder pass keeps, among its orders no higher than stock's estimate, the
+one whose generated code allocates least, and moves nodes while that falls
+(:func:`~reorder.inductor.reorder_pass.choose_order`).
 
 Only the first region of a step is checked: a later one (after a graph
 break) takes activations of the earlier ones as inputs that Inductor's model
@@ -184,15 +192,17 @@ def compiled_replay(session: Session | None, graph_name: str, generated: Sequenc
 
 
 def record_compiled(session: Session, graph_name: str, graph: Graph, order: Sequence[int],
-                    generated: Sequence[bool], origins: Sequence[frozenset[str]] = ()) -> None:
+                    generated: Sequence[bool], origins: Sequence[frozenset[str]] = (),
+                    unmoved: Sequence[int] | None = None) -> None:
     """Replay a budgeted region's compiled forward or backward (``graph`` in the kept ``order``; ``origins``: per
-    node, the fx nodes it was lowered from, for their scratch); once both are known, amend the region's record
-    (see the module docstring). Graphs of no budgeted region pass through."""
+    node, the fx nodes it was lowered from, for their scratch; ``unmoved``: the order node moves started from,
+    where they chose ``order``); once both are known, amend the region's record (see the module docstring).
+    Graphs of no budgeted region pass through."""
     replay = compiled_replay(session, graph_name, generated, origins)
     if replay is None:
         return
     plan = replay.plan
-    plan.peaks[replay.kind] = replay.peak(graph, order)
+    plan.peaks[replay.kind] = max(replay.peak(graph, kept) for kept in (order, unmoved) if kept is not None)
     if len(plan.peaks) < 2:
         return
     record = plan.record
@@ -207,10 +217,11 @@ def record_compiled(session: Session, graph_name: str, graph: Graph, order: Sequ
                     f"{record.budget_bytes:,}", f"{record.peak:,}", f"{compiled:,}")
 
 
-def check_compiled(session: Session, graph_name: str, nodes: list, graph: Graph, order: Sequence[int]) -> None:
+def check_compiled(session: Session, graph_name: str, nodes: list, graph: Graph, order: Sequence[int],
+                   unmoved: Sequence[int] | None = None) -> None:
     """:func:`record_compiled` for the scheduler ``nodes`` our reorder pass ordered; an error is a WARNING."""
     try:
-        record_compiled(session, graph_name, graph, order, generated_kernels(nodes), origin_names(nodes))
+        record_compiled(session, graph_name, graph, order, generated_kernels(nodes), origin_names(nodes), unmoved)
     except Exception as exc:  # noqa: BLE001 - the user's compile must go on
         log.warning("reorder: could not check the memory budget on the compiled %s: %s: %s", graph_name,
                     type(exc).__name__, exc)

@@ -58,9 +58,9 @@ __all__ = ["INDUCTOR_BUDGETS", "BudgetPartitioner"]
 
 log = logging.getLogger("reorder")
 
-#: Inductor's ``activation_memory_budget`` values whose partitions join the candidates (its knapsack over
-#: estimated runtimes finds partitions our cuts may not): the frontier then holds Inductor's own choices too,
-#: judged by the same estimate.
+#: Inductor's ``activation_memory_budget`` values whose partitions join the candidates, every tenth (its knapsack
+#: over estimated runtimes finds partitions our cuts may not: MobileNetV2's 0.4 recomputes less than any cut of
+#: ours as low): the frontier then holds Inductor's own choices too, judged by the same estimate.
 INDUCTOR_BUDGETS: tuple[float, ...] = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
 
 

@@ -127,7 +127,7 @@ class ReorderPass(_custom_scheduler_pass_base()):
 
     def _reorder_or_keep(self, nodes: list, name: str, session: Session | None) -> list:
         try:
-            record, order, graph = self._reorder(nodes, name, session)
+            record, order, graph, unmoved = self._reorder(nodes, name, session)
         except Exception as exc:  # noqa: BLE001 - the user's compile must go on
             reason = f"{type(exc).__name__}: {exc}"
             if session is not None:
@@ -144,13 +144,15 @@ class ReorderPass(_custom_scheduler_pass_base()):
                 return nodes
         if session is not None:
             session.add(record)
-            check_compiled(session, name, nodes, graph, order)
+            check_compiled(session, name, nodes, graph, order, unmoved)
         log.info("reorder: %s: %d nodes, peak %d -> %d (%s)", name, record.nodes,
                  record.estimate_of_incoming_order, record.peak, record.method)
         return [nodes[v] for v in order]
 
-    def _reorder(self, nodes: list, name: str, session: Session | None) -> tuple[OrderRecord, list[int], Graph]:
-        """The record and the order kept, with the graph as a real step runs it (tangents freed)."""
+    def _reorder(self, nodes: list, name: str,
+                 session: Session | None) -> tuple[OrderRecord, list[int], Graph, list[int] | None]:
+        """The record and the order kept, with the graph as a real step runs it (tangents freed), and the order
+        node moves started from where they chose the one kept (:func:`choose_order`)."""
         options = self.options
         t0 = time.perf_counter()
         graph, state = graph_from_scheduler(nodes, name)
@@ -193,7 +195,7 @@ class ReorderPass(_custom_scheduler_pass_base()):
             captured=str(captured) if captured else None,
             peaks_at=sizes_record(graph, result, order),
         )
-        return record, order, real_graph
+        return record, order, real_graph, choice.unmoved if choice else None
 
 
 def sizes_record(graph: Graph, result: ReorderResult, order: Sequence[int]) -> dict[str, dict] | None:
@@ -235,6 +237,7 @@ class OrderChoice:
     peak_tangents_freed: int
     peak_tangents_freed_of_stock_order: int
     notes: dict[str, str] = field(default_factory=dict)
+    unmoved: list[int] | None = None
 
 
 def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, methods: Sequence[str] | None = None,
@@ -264,7 +267,8 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, methods
     With a ``replay``, that order's nodes are then moved one at a time while
     each move lowers what the generated code allocates and keeps the estimate
     no higher than stock's (``moved_<m>``,
-    :func:`~reorder.budget.allocation_search.lower_allocated_peak`).
+    :func:`~reorder.budget.allocation_search.lower_allocated_peak`); the order
+    they started from is kept as ``unmoved``, for the budget's verdict.
 
     On a graph with size symbols, "no higher" holds at every evaluation point
     of ``result.points``, as the best-of driver asks of its own choice.
@@ -284,6 +288,7 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, methods
     points = list(result.points.items()) or [("hint", {})]
     table = peaks_at_points(graph, orders, points)
     allocated = replay.peak if replay is not None else lambda g, order: 0
+    unmoved = None
     scored = []
     for method, candidate in orders.items():
         if all(peaks[method] <= peaks[stock] for peaks in table.values()):
@@ -297,6 +302,7 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, methods
 
         moved, moved_peak = replay.lower(real_graph, order, no_higher_than_stock)
         if moved_peak < allocated_peak:
+            unmoved = list(order)
             allocated_peak, order, method = moved_peak, moved, f"moved_{method}"
             real_peak = estimate_peak_memory(real_graph, order).peak
             peak = estimate_peak_memory(graph, order).peak
@@ -316,4 +322,4 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, methods
         notes["tangents_freed"] = (f"kept {method} for a real step: {real_peak:,} B with the tangents freed against "
                                    f"{stock_real_peak:,} B for stock's order{above}")
     return OrderChoice(list(order), peak, method, result.optimal and peak == result.peak, real_peak,
-                       stock_real_peak, notes)
+                       stock_real_peak, notes, unmoved)
