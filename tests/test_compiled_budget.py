@@ -173,3 +173,19 @@ def test_a_budgeted_graph_is_ordered_by_what_its_generated_code_allocates():
     assert compiled_replay(session, "model__1_backward_7", GELU_GENERATED) is None
     assert compiled_replay(None, "model__0_backward_3", GELU_GENERATED) is None
     assert choose_order(g, g, result).order == result.order
+
+
+def test_a_moved_order_is_judged_by_the_higher_of_its_replay_and_its_starting_orders():
+    """Node moves follow the replay wherever it errs, so the budget's verdict takes the order they started from
+    too: the moved GELU backward replays to 2110 B, the listed order it came from to 2710 B."""
+    session, made = planned(2500, held_before=0)
+    record_compiled(session, "model__0_forward_1", forward(), [0], [True])
+    record_compiled(session, "model__0_backward_3", gelu_backward(), [1, 2, 0, 3], GELU_GENERATED,
+                    unmoved=[0, 1, 2, 3])
+    (amended,) = session.partitions
+    assert amended.compiled_peak == 2710 and not amended.feasible
+    session, made = planned(2500, held_before=0)
+    record_compiled(session, "model__0_forward_1", forward(), [0], [True])
+    record_compiled(session, "model__0_backward_3", gelu_backward(), [1, 2, 0, 3], GELU_GENERATED)
+    (amended,) = session.partitions
+    assert amended.compiled_peak == 2110 and amended.feasible
