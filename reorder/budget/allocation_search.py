@@ -35,11 +35,13 @@ EVALUATIONS = 2000
 
 def lower_allocated_peak(graph: Graph, order: Sequence[int], generated: Sequence[bool], reusable: Sequence[bool],
                          scratch: Sequence[int] | None, allowed: Callable[[list[int]], bool],
-                         evaluations: int = EVALUATIONS) -> tuple[list[int], int]:
+                         evaluations: int = EVALUATIONS, decided_by: Graph | None = None,
+                         grouped: Sequence[bool] | None = None) -> tuple[list[int], int]:
     """``order`` with nodes moved while each move lowers what the generated code allocates (see the module
-    docstring); returns the order and its allocated peak (``order`` itself when no move helps)."""
+    docstring; ``decided_by`` and ``grouped`` as in :func:`~reorder.budget.wrapper_reuse.wrapper_peak`); returns
+    the order and its allocated peak (``order`` itself when no move helps)."""
     current = list(order)
-    peak = wrapper_peak(graph, current, generated, reusable, scratch)
+    peak = wrapper_peak(graph, current, generated, reusable, scratch, decided_by, grouped)
     spent, moved = 0, True
     while moved and spent < evaluations:
         moved = False
@@ -54,7 +56,7 @@ def lower_allocated_peak(graph: Graph, order: Sequence[int], generated: Sequence
                 candidate = current[:i] + current[i + 1:]
                 candidate.insert(j, v)
                 spent += 1
-                candidate_peak = wrapper_peak(graph, candidate, generated, reusable, scratch)
+                candidate_peak = wrapper_peak(graph, candidate, generated, reusable, scratch, decided_by, grouped)
                 if candidate_peak < peak and allowed(candidate):
                     current, peak, moved = candidate, candidate_peak, True
                     position = _positions(current)

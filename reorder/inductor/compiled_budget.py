@@ -106,17 +106,21 @@ def expect_region(session: Session, joint_name: str, plan: RegionPlan) -> None:
 
 
 def allocated_peak(graph: Graph, order: Sequence[int], generated: Sequence[bool], free_inputs: frozenset[str],
-                   donated_inputs: frozenset[str], scratch: Sequence[int] | None = None) -> int:
+                   donated_inputs: frozenset[str], scratch: Sequence[int] | None = None,
+                   decided_by: Graph | None = None, grouped: Sequence[bool] | None = None) -> int:
     """The peak bytes a compiled graph's generated code allocates above its start, running ``order``.
 
     ``generated[v]``: Inductor generates node ``v``'s kernel (extern kernels
     never write in place). Inputs in ``free_inputs`` count nothing; inputs in
     ``donated_inputs`` may be written in place once they die, and so may every
     buffer the graph produces, but a multi-output parent or a mutation's alias.
-    ``scratch[v]``: what node ``v``'s kernel allocates and frees beyond Inductor's workspace.
+    ``scratch[v]``: what node ``v``'s kernel allocates and frees beyond Inductor's workspace. ``decided_by``:
+    the graph as Inductor's estimate counts it, by which the wrapper decides its reuses; ``grouped[v]``: node
+    ``v`` joins the C++ backend's kernel group (:func:`kernel_groups`;
+    :func:`~reorder.budget.wrapper_reuse.wrapper_peak`).
     """
     allocated, reusable, during = _as_allocated(graph, free_inputs, donated_inputs, scratch)
-    return wrapper_peak(allocated, order, generated, reusable, during)
+    return wrapper_peak(allocated, order, generated, reusable, during, decided_by, grouped)
 
 
 def _as_allocated(graph: Graph, free_inputs: frozenset[str], donated_inputs: frozenset[str],
@@ -138,6 +142,20 @@ def generated_kernels(nodes: list) -> list[bool]:
     return [not isinstance(node, (ExternKernelSchedulerNode, NopKernelSchedulerNode)) for node in nodes]
 
 
+def kernel_groups(nodes: list) -> list[bool] | None:
+    """Per scheduler node: it joins the kernel group Inductor's C++ backend gathers (a kernel it generates on
+    the CPU, or a no-op), whose dead buffers are freed only when an extern kernel or the end flushes it; None
+    for a graph off the CPU (Triton frees after each kernel)."""
+    from torch._inductor.scheduler import ExternKernelSchedulerNode, NopKernelSchedulerNode
+
+    devices = {node.get_device().type for node in nodes if node.get_device() is not None}
+    if devices != {"cpu"}:
+        return None
+    return [isinstance(node, NopKernelSchedulerNode) or
+            not (isinstance(node, ExternKernelSchedulerNode) or node.is_extern() or node.is_template())
+            for node in nodes]
+
+
 def origin_names(nodes: list) -> list[frozenset[str]]:
     """Per scheduler node: the names of the fx nodes it was lowered from (its fused members' too); none for an
     element of a multi-output kernel, which runs nothing (its kernel's node has the origins)."""
@@ -151,12 +169,16 @@ def origin_names(nodes: list) -> list[frozenset[str]]:
 class CompiledReplay:
     """What one compiled graph of a budgeted region allocates for any order of its scheduler nodes: ``plan``
     (the region's), ``kind`` (``"forward"`` or ``"backward"``), ``generated`` (per node: Inductor generates its
-    kernel) and ``scratch`` (per node: its extern kernel's scratch as the partitioner's probe measured it)."""
+    kernel), ``scratch`` (per node: its extern kernel's scratch as the partitioner's probe measured it) and
+    ``decided_by`` (the graph as Inductor's estimate counts it, whose figures the wrapper's reuses follow) and
+    ``grouped`` (per node: it joins the C++ backend's kernel group, :func:`kernel_groups`)."""
 
     plan: RegionPlan
     kind: str
     generated: tuple[bool, ...]
     scratch: tuple[int, ...] | None
+    decided_by: Graph | None = None
+    grouped: tuple[bool, ...] | None = None
 
     @property
     def donated_inputs(self) -> frozenset[str]:
@@ -165,19 +187,23 @@ class CompiledReplay:
 
     def peak(self, graph: Graph, order: Sequence[int]) -> int:
         """The peak the generated code allocates running ``order`` (:func:`allocated_peak`)."""
-        return allocated_peak(graph, order, self.generated, self.plan.free_inputs, self.donated_inputs, self.scratch)
+        return allocated_peak(graph, order, self.generated, self.plan.free_inputs, self.donated_inputs, self.scratch,
+                              self.decided_by, self.grouped)
 
     def lower(self, graph: Graph, order: Sequence[int], allowed: Callable[[list[int]], bool]) -> tuple[list[int], int]:
         """``order`` moved node by node while what the generated code allocates falls and ``allowed`` holds
         (:func:`~reorder.budget.allocation_search.lower_allocated_peak`): the order and its peak."""
         allocated, reusable, during = _as_allocated(graph, self.plan.free_inputs, self.donated_inputs, self.scratch)
-        return lower_allocated_peak(allocated, order, self.generated, reusable, during, allowed)
+        return lower_allocated_peak(allocated, order, self.generated, reusable, during, allowed,
+                                    decided_by=self.decided_by, grouped=self.grouped)
 
 
 def compiled_replay(session: Session | None, graph_name: str, generated: Sequence[bool],
-                    origins: Sequence[frozenset[str]] = ()) -> CompiledReplay | None:
+                    origins: Sequence[frozenset[str]] = (), decided_by: Graph | None = None,
+                    grouped: Sequence[bool] | None = None) -> CompiledReplay | None:
     """The replay of ``graph_name`` if it is the forward or backward of a budgeted region (see the module
-    docstring), else None; ``origins``: per node, the fx nodes it was lowered from, for their scratch."""
+    docstring), else None; ``origins``: per node, the fx nodes it was lowered from, for their scratch;
+    ``decided_by``: the graph as Inductor's estimate counts it; ``grouped``: :func:`kernel_groups`."""
     region = region_of(graph_name)
     if session is None or region is None or region[1] == "joint":
         return None
@@ -188,17 +214,19 @@ def compiled_replay(session: Session | None, graph_name: str, generated: Sequenc
     measured = plan.scratch.get(region[1], {})
     scratch = tuple(0 if made else sum(measured.get(name, 0) for name in names)  # extern kernels' scratch only
                     for made, names in zip(generated, origins)) if origins else None
-    return CompiledReplay(plan, region[1], tuple(generated), scratch)
+    return CompiledReplay(plan, region[1], tuple(generated), scratch, decided_by,
+                          tuple(grouped) if grouped is not None else None)
 
 
 def record_compiled(session: Session, graph_name: str, graph: Graph, order: Sequence[int],
                     generated: Sequence[bool], origins: Sequence[frozenset[str]] = (),
-                    unmoved: Sequence[int] | None = None) -> None:
+                    unmoved: Sequence[int] | None = None, decided_by: Graph | None = None,
+                    grouped: Sequence[bool] | None = None) -> None:
     """Replay a budgeted region's compiled forward or backward (``graph`` in the kept ``order``; ``origins``: per
     node, the fx nodes it was lowered from, for their scratch; ``unmoved``: the order node moves started from,
-    where they chose ``order``); once both are known, amend the region's record (see the module docstring).
-    Graphs of no budgeted region pass through."""
-    replay = compiled_replay(session, graph_name, generated, origins)
+    where they chose ``order``; ``decided_by``, ``grouped``: as in :func:`compiled_replay`); once both are known,
+    amend the region's record (see the module docstring). Graphs of no budgeted region pass through."""
+    replay = compiled_replay(session, graph_name, generated, origins, decided_by, grouped)
     if replay is None:
         return
     plan = replay.plan
@@ -218,10 +246,11 @@ def record_compiled(session: Session, graph_name: str, graph: Graph, order: Sequ
 
 
 def check_compiled(session: Session, graph_name: str, nodes: list, graph: Graph, order: Sequence[int],
-                   unmoved: Sequence[int] | None = None) -> None:
+                   unmoved: Sequence[int] | None = None, decided_by: Graph | None = None) -> None:
     """:func:`record_compiled` for the scheduler ``nodes`` our reorder pass ordered; an error is a WARNING."""
     try:
-        record_compiled(session, graph_name, graph, order, generated_kernels(nodes), origin_names(nodes), unmoved)
+        record_compiled(session, graph_name, graph, order, generated_kernels(nodes), origin_names(nodes), unmoved,
+                        decided_by, kernel_groups(nodes))
     except Exception as exc:  # noqa: BLE001 - the user's compile must go on
         log.warning("reorder: could not check the memory budget on the compiled %s: %s: %s", graph_name,
                     type(exc).__name__, exc)
