@@ -146,14 +146,10 @@ def kernel_groups(nodes: list) -> list[bool] | None:
     """Per scheduler node: it joins the kernel group Inductor's C++ backend gathers (a kernel it generates on
     the CPU, or a no-op), whose dead buffers are freed only when an extern kernel or the end flushes it; None
     for a graph off the CPU (Triton frees after each kernel)."""
-    from torch._inductor.scheduler import ExternKernelSchedulerNode, NopKernelSchedulerNode
-
     devices = {node.get_device().type for node in nodes if node.get_device() is not None}
     if devices != {"cpu"}:
         return None
-    return [isinstance(node, NopKernelSchedulerNode) or
-            not (isinstance(node, ExternKernelSchedulerNode) or node.is_extern() or node.is_template())
-            for node in nodes]
+    return [not (node.is_extern() or node.is_template()) for node in nodes]
 
 
 def origin_names(nodes: list) -> list[frozenset[str]]:
