@@ -10,7 +10,7 @@ from reorder.inductor import PartitionRecord
 from reorder.budget.allocation_search import lower_allocated_peak
 from reorder.budget.wrapper_reuse import release_steps, wrapper_peak
 from reorder.inductor.compiled_budget import (RegionPlan, allocated_peak, compiled_replay, expect_region,
-                                              record_compiled, region_of)
+                                              record_compiled, region_of, replay_of_nodes)
 from reorder.inductor.reorder_pass import choose_order
 from reorder.inductor.session import Session
 from reorder.schedulers import reorder_for_peak_memory
@@ -67,17 +67,24 @@ def planned(budget_bytes: int, scratch: dict | None = None, **kwargs) -> tuple[S
     return session, made
 
 
+def compiled(session: Session, name: str, graph, order, generated, origins=(), unmoved=None) -> None:
+    """What the reorder pass does once it has ordered a compiled graph: its replay, if it has one, checks it."""
+    replay = compiled_replay(session, name, generated, origins)
+    if replay is not None:
+        record_compiled(session, replay, graph, order, unmoved)
+
+
 def compile_both(session: Session, prefix: str = "model__0") -> None:
-    record_compiled(session, f"{prefix}_forward_1", forward(), [0], [True])
-    record_compiled(session, f"{prefix}_backward_3", backward(), [0, 1], GENERATED)
+    compiled(session, f"{prefix}_forward_1", forward(), [0], [True])
+    compiled(session, f"{prefix}_backward_3", backward(), [0, 1], GENERATED)
 
 
 def test_a_region_whose_compiled_graphs_fit_keeps_its_verdict_with_their_peak(caplog):
     session, made = planned(1200)
-    record_compiled(session, "model__0_forward_1", forward(), [0], [True])
+    compiled(session, "model__0_forward_1", forward(), [0], [True])
     assert session.partitions == [made]  # the backward is not known yet
     with caplog.at_level(logging.WARNING, logger="reorder"):
-        record_compiled(session, "model__0_backward_3", backward(), [0, 1], GENERATED)
+        compiled(session, "model__0_backward_3", backward(), [0, 1], GENERATED)
     (amended,) = session.partitions
     assert amended.compiled_peak == 50 + 1100 and amended.feasible and caplog.text == ""
     assert amended.peak == made.peak and amended.source == made.source
@@ -112,11 +119,21 @@ def test_graphs_of_other_regions_leave_the_record_alone(prefix):
 def test_an_extern_kernels_scratch_counts_while_it_runs():
     """The probe's scratch of the joint graph's ``mm`` (500 B) goes to the scheduler node lowered from it."""
     session, _ = planned(2000, scratch={"backward": {"mm": 500}, "forward": {"mm": 10_000}})
-    record_compiled(session, "model__0_forward_1", forward(), [0], [True], [frozenset({"relu"})])
-    record_compiled(session, "model__0_backward_3", backward(), [0, 1], GENERATED,
-                    [frozenset({"mm", "view"}), frozenset({"mul"})])
+    compiled(session, "model__0_forward_1", forward(), [0], [True], [frozenset({"relu"})])
+    compiled(session, "model__0_backward_3", backward(), [0, 1], GENERATED,
+             [frozenset({"mm", "view"}), frozenset({"mul"})])
     (amended,) = session.partitions
     assert amended.compiled_peak == 50 + 400 + 100 + 600 + 500 and amended.feasible
+
+
+def test_a_replay_that_cannot_be_set_up_warns_and_leaves_the_verdict_alone(caplog):
+    """Scheduler nodes the replay cannot read (here: objects without fused members) give no replay and a WARNING;
+    the order is then chosen on the estimates, and the region keeps the partitioner's verdict."""
+    session, made = planned(1200)
+    with caplog.at_level(logging.WARNING, logger="reorder"):
+        assert replay_of_nodes(session, "model__0_backward_3", [object()]) is None
+    assert "could not replay the compiled model__0_backward_3 for its memory budget: AttributeError" in caplog.text
+    assert session.partitions == [made] and made.compiled_peak is None
 
 
 def gelu_backward(name: str = "model__0_backward_3"):
@@ -179,14 +196,14 @@ def test_a_moved_order_is_judged_by_the_higher_of_its_replay_and_its_starting_or
     """Node moves follow the replay wherever it errs, so the budget's verdict takes the order they started from
     too: the moved GELU backward replays to 2110 B, the listed order it came from to 2710 B."""
     session, made = planned(2500, held_before=0)
-    record_compiled(session, "model__0_forward_1", forward(), [0], [True])
-    record_compiled(session, "model__0_backward_3", gelu_backward(), [1, 2, 0, 3], GELU_GENERATED,
+    compiled(session, "model__0_forward_1", forward(), [0], [True])
+    compiled(session, "model__0_backward_3", gelu_backward(), [1, 2, 0, 3], GELU_GENERATED,
                     unmoved=[0, 1, 2, 3])
     (amended,) = session.partitions
     assert amended.compiled_peak == 2710 and not amended.feasible
     session, made = planned(2500, held_before=0)
-    record_compiled(session, "model__0_forward_1", forward(), [0], [True])
-    record_compiled(session, "model__0_backward_3", gelu_backward(), [1, 2, 0, 3], GELU_GENERATED)
+    compiled(session, "model__0_forward_1", forward(), [0], [True])
+    compiled(session, "model__0_backward_3", gelu_backward(), [1, 2, 0, 3], GELU_GENERATED)
     (amended,) = session.partitions
     assert amended.compiled_peak == 2110 and amended.feasible
 

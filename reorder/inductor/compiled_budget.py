@@ -66,7 +66,7 @@ from ..graph import Graph
 from .session import PartitionRecord, Session
 
 __all__ = ["CompiledReplay", "RegionPlan", "allocated_peak", "check_compiled", "compiled_replay", "expect_region",
-           "generated_kernels", "origin_names", "record_compiled", "region_of"]
+           "generated_kernels", "origin_names", "record_compiled", "region_of", "replay_of_nodes"]
 
 log = logging.getLogger("reorder")
 
@@ -214,17 +214,12 @@ def compiled_replay(session: Session | None, graph_name: str, generated: Sequenc
                           tuple(grouped) if grouped is not None else None)
 
 
-def record_compiled(session: Session, graph_name: str, graph: Graph, order: Sequence[int],
-                    generated: Sequence[bool], origins: Sequence[frozenset[str]] = (),
-                    unmoved: Sequence[int] | None = None, decided_by: Graph | None = None,
-                    grouped: Sequence[bool] | None = None) -> None:
-    """Replay a budgeted region's compiled forward or backward (``graph`` in the kept ``order``; ``origins``: per
-    node, the fx nodes it was lowered from, for their scratch; ``unmoved``: the order node moves started from,
-    where they chose ``order``; ``decided_by``, ``grouped``: as in :func:`compiled_replay`); once both are known,
-    amend the region's record (see the module docstring). Graphs of no budgeted region pass through."""
-    replay = compiled_replay(session, graph_name, generated, origins, decided_by, grouped)
-    if replay is None:
-        return
+def record_compiled(session: Session, replay: CompiledReplay, graph: Graph, order: Sequence[int],
+                    unmoved: Sequence[int] | None = None) -> None:
+    """Replay a budgeted region's compiled forward or backward with ``replay`` (the one that chose its order,
+    :func:`compiled_replay`): ``graph`` in the kept ``order`` (``unmoved``: the order node moves started from,
+    where they chose ``order``); once both graphs are known, amend the region's record (see the module
+    docstring)."""
     plan = replay.plan
     plan.peaks[replay.kind] = max(replay.peak(graph, kept) for kept in (order, unmoved) if kept is not None)
     if len(plan.peaks) < 2:
@@ -237,16 +232,29 @@ def record_compiled(session: Session, graph_name: str, graph: Graph, order: Sequ
     plan.record = amended
     if record.feasible and not amended.feasible:
         log.warning("reorder: %s: memory budget %s B is met by the partition's estimate (%s B) but not by the "
-                    "graphs Inductor compiled from it (%s B)", region_of(graph_name)[0],
+                    "graphs Inductor compiled from it (%s B)", region_of(record.graph)[0],
                     f"{record.budget_bytes:,}", f"{record.peak:,}", f"{compiled:,}")
 
 
-def check_compiled(session: Session, graph_name: str, nodes: list, graph: Graph, order: Sequence[int],
-                   unmoved: Sequence[int] | None = None, decided_by: Graph | None = None) -> None:
-    """:func:`record_compiled` for the scheduler ``nodes`` our reorder pass ordered; an error is a WARNING."""
+def replay_of_nodes(session: Session | None, graph_name: str, nodes: list,
+                    decided_by: Graph | None = None) -> CompiledReplay | None:
+    """:func:`compiled_replay` for the scheduler ``nodes`` our reorder pass orders (``decided_by``: their graph
+    as Inductor's estimate counts it); None where there is none, or where it cannot be set up (a WARNING says
+    why: the order is then chosen on the estimates alone, and the region keeps the partitioner's verdict)."""
     try:
-        record_compiled(session, graph_name, graph, order, generated_kernels(nodes), origin_names(nodes), unmoved,
-                        decided_by, kernel_groups(nodes))
+        return compiled_replay(session, graph_name, generated_kernels(nodes), origin_names(nodes), decided_by,
+                               kernel_groups(nodes))
+    except Exception as exc:  # noqa: BLE001 - the user's compile must go on
+        log.warning("reorder: could not replay the compiled %s for its memory budget: %s: %s", graph_name,
+                    type(exc).__name__, exc)
+        return None
+
+
+def check_compiled(session: Session, graph_name: str, replay: CompiledReplay, graph: Graph, order: Sequence[int],
+                   unmoved: Sequence[int] | None = None) -> None:
+    """:func:`record_compiled`; an error is a WARNING."""
+    try:
+        record_compiled(session, replay, graph, order, unmoved)
     except Exception as exc:  # noqa: BLE001 - the user's compile must go on
         log.warning("reorder: could not check the memory budget on the compiled %s: %s: %s", graph_name,
                     type(exc).__name__, exc)

@@ -34,8 +34,7 @@ from ..schedulers.across_sizes import inductor_reference, peaks_at_points
 from ..timeline import estimate_peak_memory
 from .adapter import freed_tangents, fx_graph_cache_hits, graph_being_compiled, graph_from_scheduler
 from .capture import write_capture
-from .compiled_budget import (CompiledReplay, check_compiled, compiled_replay, generated_kernels, kernel_groups,
-                              origin_names)
+from .compiled_budget import CompiledReplay, check_compiled, replay_of_nodes
 from .figures import INDUCTOR_METHODS, inductor_figures
 from .fusion_guard import finish_guard
 from .session import FallbackRecord, HookOptions, OrderRecord, Session, source_hash
@@ -128,7 +127,7 @@ class ReorderPass(_custom_scheduler_pass_base()):
 
     def _reorder_or_keep(self, nodes: list, name: str, session: Session | None) -> list:
         try:
-            record, order, graph, unmoved, inductor_graph = self._reorder(nodes, name, session)
+            record, order, graph, unmoved, replay = self._reorder(nodes, name, session)
         except Exception as exc:  # noqa: BLE001 - the user's compile must go on
             reason = f"{type(exc).__name__}: {exc}"
             if session is not None:
@@ -145,16 +144,19 @@ class ReorderPass(_custom_scheduler_pass_base()):
                 return nodes
         if session is not None:
             session.add(record)
-            check_compiled(session, name, nodes, graph, order, unmoved, inductor_graph)
+            if replay is not None:
+                check_compiled(session, name, replay, graph, order, unmoved)
         log.info("reorder: %s: %d nodes, peak %d -> %d (%s)", name, record.nodes,
                  record.estimate_of_incoming_order, record.peak, record.method)
         return [nodes[v] for v in order]
 
     def _reorder(self, nodes: list, name: str,
-                 session: Session | None) -> tuple[OrderRecord, list[int], Graph, list[int] | None, Graph]:
+                 session: Session | None) -> tuple[OrderRecord, list[int], Graph, list[int] | None,
+                                                   CompiledReplay | None]:
         """The record and the order kept, with the graph as a real step runs it (tangents freed), the order
-        node moves started from where they chose the one kept (:func:`choose_order`), and the graph as
-        Inductor's estimate counts it (the wrapper decides its reuses by that estimate)."""
+        node moves started from where they chose the one kept (:func:`choose_order`), and the replay of a
+        budgeted region's graph that chose it (:func:`~reorder.inductor.compiled_budget.replay_of_nodes`), for
+        the check on the compiled graphs."""
         options = self.options
         t0 = time.perf_counter()
         graph, state = graph_from_scheduler(nodes, name)
@@ -167,7 +169,7 @@ class ReorderPass(_custom_scheduler_pass_base()):
         choice, real_graph = None, graph
         if freed_tangents(nodes, state.graph_inputs):
             real_graph, _ = graph_from_scheduler(nodes, name, free_tangents=True)
-        replay = _budget_replay(session, name, nodes, graph)
+        replay = replay_of_nodes(session, name, nodes, graph)
         t1 = time.perf_counter()
         if real_graph is not graph or replay is not None:
             choice = choose_order(graph, real_graph, result, options.methods, options.max_seconds, replay)
@@ -197,7 +199,7 @@ class ReorderPass(_custom_scheduler_pass_base()):
             captured=str(captured) if captured else None,
             peaks_at=sizes_record(graph, result, order),
         )
-        return record, order, real_graph, choice.unmoved if choice else None, graph
+        return record, order, real_graph, choice.unmoved if choice else None, replay
 
 
 def sizes_record(graph: Graph, result: ReorderResult, order: Sequence[int]) -> dict[str, dict] | None:
@@ -217,17 +219,6 @@ def _pass_without_session(options: HookOptions, previous, inductor_fallback: boo
     unpickled.options, unpickled.session_token = options, None
     unpickled.previous, unpickled.inductor_fallback = previous, inductor_fallback
     return unpickled
-
-
-def _budget_replay(session: Session | None, name: str, nodes: list, graph: Graph) -> CompiledReplay | None:
-    """What the generated code of a budgeted region's graph (``graph``, as Inductor's estimate counts it) allocates
-    for an order (None for any other graph, or where the replay cannot be set up: the check on the compiled
-    graphs then says why)."""
-    try:
-        return compiled_replay(session, name, generated_kernels(nodes), origin_names(nodes), graph,
-                               kernel_groups(nodes))
-    except Exception:  # noqa: BLE001 - the order is then chosen on the estimates alone
-        return None
 
 
 @dataclass(frozen=True)
