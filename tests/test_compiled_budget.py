@@ -134,6 +134,12 @@ def test_a_replay_that_cannot_be_set_up_warns_and_leaves_the_verdict_alone(caplo
         assert replay_of_nodes(session, "model__0_backward_3", [object()]) is None
     assert "could not replay the compiled model__0_backward_3 for its memory budget: AttributeError" in caplog.text
     assert session.partitions == [made] and made.compiled_peak is None
+    # a graph of no budgeted region gets no replay, and its nodes are not read: no warning
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="reorder"):
+        assert replay_of_nodes(session, "model__1_backward_7", [object()]) is None
+        assert replay_of_nodes(None, "model__0_backward_3", [object()]) is None
+    assert caplog.text == ""
 
 
 def gelu_backward(name: str = "model__0_backward_3"):
@@ -198,7 +204,7 @@ def test_a_moved_order_is_judged_by_the_higher_of_its_replay_and_its_starting_or
     session, made = planned(2500, held_before=0)
     compiled(session, "model__0_forward_1", forward(), [0], [True])
     compiled(session, "model__0_backward_3", gelu_backward(), [1, 2, 0, 3], GELU_GENERATED,
-                    unmoved=[0, 1, 2, 3])
+             unmoved=[0, 1, 2, 3])
     (amended,) = session.partitions
     assert amended.compiled_peak == 2710 and not amended.feasible
     session, made = planned(2500, held_before=0)

@@ -200,18 +200,26 @@ def compiled_replay(session: Session | None, graph_name: str, generated: Sequenc
     """The replay of ``graph_name`` if it is the forward or backward of a budgeted region (see the module
     docstring), else None; ``origins``: per node, the fx nodes it was lowered from, for their scratch;
     ``decided_by``: the graph as Inductor's estimate counts it; ``grouped``: :func:`kernel_groups`."""
+    planned = _planned_graph(session, graph_name)
+    if planned is None:
+        return None
+    plan, kind = planned
+    measured = plan.scratch.get(kind, {})
+    scratch = tuple(0 if made else sum(measured.get(name, 0) for name in names)  # extern kernels' scratch only
+                    for made, names in zip(generated, origins)) if origins else None
+    return CompiledReplay(plan, kind, tuple(generated), scratch, decided_by,
+                          tuple(grouped) if grouped is not None else None)
+
+
+def _planned_graph(session: Session | None, graph_name: str) -> tuple[RegionPlan, str] | None:
+    """The plan of the budgeted region ``graph_name`` is the forward or backward of, and which of the two; None
+    for any other graph."""
     region = region_of(graph_name)
     if session is None or region is None or region[1] == "joint":
         return None
     with _lock:
         plan = _plans.get(session, {}).get(region[0])
-    if plan is None:
-        return None
-    measured = plan.scratch.get(region[1], {})
-    scratch = tuple(0 if made else sum(measured.get(name, 0) for name in names)  # extern kernels' scratch only
-                    for made, names in zip(generated, origins)) if origins else None
-    return CompiledReplay(plan, region[1], tuple(generated), scratch, decided_by,
-                          tuple(grouped) if grouped is not None else None)
+    return None if plan is None else (plan, region[1])
 
 
 def record_compiled(session: Session, replay: CompiledReplay, graph: Graph, order: Sequence[int],
@@ -240,7 +248,10 @@ def replay_of_nodes(session: Session | None, graph_name: str, nodes: list,
                     decided_by: Graph | None = None) -> CompiledReplay | None:
     """:func:`compiled_replay` for the scheduler ``nodes`` our reorder pass orders (``decided_by``: their graph
     as Inductor's estimate counts it); None where there is none, or where it cannot be set up (a WARNING says
-    why: the order is then chosen on the estimates alone, and the region keeps the partitioner's verdict)."""
+    why: the order is then chosen on the estimates alone, and the region keeps the partitioner's verdict).
+    A graph of no budgeted region reads nothing of its nodes."""
+    if _planned_graph(session, graph_name) is None:
+        return None
     try:
         return compiled_replay(session, graph_name, generated_kernels(nodes), origin_names(nodes), decided_by,
                                kernel_groups(nodes))
