@@ -249,7 +249,9 @@ def _backward_addmm(joint_module, info) -> dict:
     """Backward additions Inductor turns into one ``addmm`` with the matrix product they add (its post-grad
     pattern ``add(mm(a, b), c)``, ``fx_passes/post_grad.py``): addition -> product. The product then runs where
     the addition runs, so what it reads lives until then (a tied weight's gradient, added to the embedding's at
-    the end of the backward, keeps its whole input alive that long)."""
+    the end of the backward, keeps its whole input alive that long). Of two products, the one folded is the
+    addition's second argument: Inductor registers the pattern ``add(c, mm(a, b))`` first, so it matches
+    first; the other product runs where it stands (a shared layer's weight gradient, one product per use)."""
     import torch
     from torch._prims_common import is_expandable_to
 
@@ -258,7 +260,7 @@ def _backward_addmm(joint_module, info) -> dict:
     for node in joint_module.graph.nodes:
         if node.target is not aten.add.Tensor or node not in info.tangents_closure or node.kwargs:
             continue
-        for product, other in ((node.args[0], node.args[1]), (node.args[1], node.args[0])):
+        for product, other in ((node.args[1], node.args[0]), (node.args[0], node.args[1])):
             if (isinstance(product, torch.fx.Node) and product.target is aten.mm.default and len(product.users) == 1
                     and product in info.tangents_closure and isinstance(other, torch.fx.Node)
                     and isinstance(other.meta.get("val"), torch.Tensor)
