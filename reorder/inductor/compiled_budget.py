@@ -201,9 +201,12 @@ def compiled_replay(session: Session | None, graph_name: str, generated: Sequenc
     docstring), else None; ``origins``: per node, the fx nodes it was lowered from, for their scratch;
     ``decided_by``: the graph as Inductor's estimate counts it; ``grouped``: :func:`kernel_groups`."""
     planned = _planned_graph(session, graph_name)
-    if planned is None:
-        return None
-    plan, kind = planned
+    return None if planned is None else _replay(*planned, generated, origins, decided_by, grouped)
+
+
+def _replay(plan: RegionPlan, kind: str, generated: Sequence[bool], origins: Sequence[frozenset[str]],
+            decided_by: Graph | None, grouped: Sequence[bool] | None) -> CompiledReplay:
+    """The replay of the ``kind`` graph of the region ``plan`` is for (arguments as in :func:`compiled_replay`)."""
     measured = plan.scratch.get(kind, {})
     scratch = tuple(0 if made else sum(measured.get(name, 0) for name in names)  # extern kernels' scratch only
                     for made, names in zip(generated, origins)) if origins else None
@@ -250,11 +253,11 @@ def replay_of_nodes(session: Session | None, graph_name: str, nodes: list,
     as Inductor's estimate counts it); None where there is none, or where it cannot be set up (a WARNING says
     why: the order is then chosen on the estimates alone, and the region keeps the partitioner's verdict).
     A graph of no budgeted region reads nothing of its nodes."""
-    if _planned_graph(session, graph_name) is None:
+    planned = _planned_graph(session, graph_name)
+    if planned is None:
         return None
     try:
-        return compiled_replay(session, graph_name, generated_kernels(nodes), origin_names(nodes), decided_by,
-                               kernel_groups(nodes))
+        return _replay(*planned, generated_kernels(nodes), origin_names(nodes), decided_by, kernel_groups(nodes))
     except Exception as exc:  # noqa: BLE001 - the user's compile must go on
         log.warning("reorder: could not replay the compiled %s for its memory budget: %s: %s", graph_name,
                     type(exc).__name__, exc)
