@@ -13,8 +13,10 @@ help and the function that declares its arguments, written side by side.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import re
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -98,6 +100,53 @@ def graph_files(path: str | Path) -> list[Path]:
 def instance_files(path: str | Path) -> list[Path]:
     """The packing instances at ``path``: the CSV file itself, or every ``*.csv`` in a folder."""
     return input_files(path, "*.csv", "packing instances")
+
+
+class EachFile:
+    """The files of one command's input, worked through one by one; a folder keeps going past a bad file.
+
+    Iterating yields each file. For a single file an error stops the command
+    as usual (one line, exit 2). For a folder, a file whose work raises
+    :class:`ReorderError` inside ``with each.guard(path):`` is reported at once
+    as one line on stderr (``reorder: error: FILE: ...``) and in ``failed``,
+    the remaining files still run, and :attr:`status` is 2 at the end.
+    """
+
+    def __init__(self, files: list[Path], source: str | Path, progress: Progress | None = None):
+        self.files = files
+        self.folder = Path(source).is_dir()
+        self.failed: list[dict] = []
+        self.progress = progress  # where the command shows its progress: an error line must end that line
+
+    def __iter__(self):
+        return iter(self.files)
+
+    @contextlib.contextmanager
+    def guard(self, path: Path, records: list[dict] | None = None):
+        """Run the block for ``path``; in a folder, its error is reported and also appended to ``records``
+        (``{"file": ..., "error": ...}``, in the place of the file's JSON object)."""
+        try:
+            yield
+        except ReorderError as exc:
+            if not self.folder:
+                raise
+            message = str(exc) if str(path) in str(exc) else f"{path}: {exc}"
+            if self.progress is not None:
+                self.progress.done(f"reorder: error: {message}")
+            else:
+                print(f"reorder: error: {message}", file=sys.stderr)
+            self.failed.append({"file": str(path), "error": message})
+            if records is not None:
+                records.append(self.failed[-1])
+
+    @property
+    def status(self) -> int:
+        """The command's exit status: 2 if any file failed, else 0."""
+        if self.failed:
+            print(f"reorder: error: {len(self.failed)} of {len(self.files)} files failed (listed above); the "
+                  f"others were done", file=sys.stderr)
+            return 2
+        return 0
 
 
 def print_json(records: list[dict], path: str | Path, indent: int | None = 1) -> None:
@@ -246,10 +295,14 @@ def estimate_record(graph: Graph) -> dict:
 def cmd_estimate(args: argparse.Namespace) -> int:
     """Peak of the graph's own order; JSON keys: peak, peak_allocfree, lower_bound, nodes (a symbolic graph: also
     symbols and peaks_at, the peak at each evaluation point; --at: the figures at that point)."""
-    records = [estimate_record(graph_at(load_graph(f), args.at)) for f in graph_files(args.file)]
+    each, records = EachFile(graph_files(args.file), args.file), []
+    for f in each:
+        with each.guard(f, records):
+            records.append(estimate_record(graph_at(load_graph(f), args.at)))
     if args.json:
         print_json(records, args.file)
-        return 0
+        return each.status
+    records = [r for r in records if "error" not in r]
     rows = [
         (r["graph"], r["nodes"], r["buffers"], format_bytes(r["peak"]), format_bytes(r["peak_allocfree"]),
          format_bytes(r["lower_bound"]), f"{r['peak'] / r['lower_bound']:.3f}" if r["lower_bound"] else "-")
@@ -262,7 +315,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
                   f"peak of its own order at each evaluation point:")
             print(format_table(["point", "symbols", "peak"], [(label, point_text(at["point"]), format_bytes(at["peak"]))
                                                               for label, at in r["peaks_at"].items()]))
-    return 0
+    return each.status
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -302,11 +355,14 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     """Best order over methods; JSON keys: methods, best, order, lower_bound, seconds (a symbolic graph: also
     symbols, points, peaks_at {point: {method: peak}} and inductor_order, the method that is Inductor's order)."""
     methods = method_list(args.methods)
-    records = [optimize_record(graph_at(load_graph(f), args.at), methods) for f in graph_files(args.file)]
+    each, records = EachFile(graph_files(args.file), args.file), []
+    for f in each:
+        with each.guard(f, records):
+            records.append(optimize_record(graph_at(load_graph(f), args.at), methods))
     if args.json:
         print_json(records, args.file)
-        return 0
-    for r in records:
+        return each.status
+    for r in (r for r in records if "error" not in r):
         base = r["methods"]["baseline"]
         print(f"{r['graph']}: {r['nodes']} nodes, lower bound {format_bytes(r['lower_bound'])}")
         rows = [
@@ -326,7 +382,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                  f"{r['peaks_at'][label][best] / max(r['peaks_at'][label][reference], 1) - 1:+.2%}")
                 for label, point in r["points"].items()]))
         print()
-    return 0
+    return each.status
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -369,45 +425,53 @@ def plan_graph(graph: Graph, args: argparse.Namespace, methods: Sequence[str] | 
 def cmd_plan(args: argparse.Namespace) -> int:
     """Slab plan; JSON keys: order, slab_bytes, lower_bound, strategy, buffers [{name, offset, size, start, end}];
     with --exact also status and nodes."""
-    from .planning.symbolic import StackedPlan
-
     methods = method_list(args.methods)
-    records = []
-    for path in graph_files(args.file):
-        graph = load_graph(path)
-        chosen, plan = plan_graph(graph, args, methods)
-        stacked = plan if isinstance(plan, StackedPlan) else None
-        point = parse_point(args.at, graph.size_hints, graph.size_ranges) if args.at else None
-        if stacked is not None and point is not None:
-            plan = stacked.at(point)
-            plan.validate()
-        if args.json:
-            data = stacked.to_json() if stacked is not None and point is None else plan.to_json()
-            records.append({"graph": graph.name, "order_method": chosen, **data,
-                            **({"point": {s: point[s] for s in graph.symbols}} if point is not None else {})})
-            continue
-        if stacked is not None and point is None:
-            print_stacked(graph, chosen, stacked, args.verbose)
-            continue
-        if point is not None:
-            print(f"at {point_text({s: point[s] for s in graph.symbols})} (the plan holds for every size; "
-                  f"its offsets evaluated there):")
-        print(f"{graph.name}: {len(plan.names)} storages, order from {chosen}, strategy {plan.strategy}, "
-              f"alignment {plan.alignment}")
-        print(f"slab {format_bytes(plan.slab_bytes)} ({plan.slab_bytes} B), lower bound "
-              f"{format_bytes(plan.lower_bound)}, ratio {plan.ratio:.4f}; plan validated: no two live buffers share "
-              f"a byte")
-        if plan.status:
-            print(f"exact packer: {plan.status} after {plan.nodes} nodes")
-        if plan.capped:
-            print(CAPPED_NOTE)
-        if args.verbose:
-            rows = [(plan.names[k], plan.offsets[k], plan.sizes[k], plan.symbolic_sizes[k] or "", plan.starts[k],
-                     plan.ends[k]) for k in range(len(plan.names))]
-            print(format_table(["buffer", "offset", "size", "symbolic", "start", "end"], rows))
+    each, records = EachFile(graph_files(args.file), args.file), []
+    for path in each:
+        with each.guard(path, records):
+            record = plan_one(path, args, methods)
+            if record is not None:
+                records.append(record)
     if args.json:
         print_json(records, args.file)
-    return 0
+    return each.status
+
+
+def plan_one(path: Path, args: argparse.Namespace, methods: Sequence[str] | None) -> dict | None:
+    """``plan`` of one graph file: its JSON object with ``--json``, else its summary printed (None)."""
+    from .planning.symbolic import StackedPlan
+
+    graph = load_graph(path)
+    chosen, plan = plan_graph(graph, args, methods)
+    stacked = plan if isinstance(plan, StackedPlan) else None
+    point = parse_point(args.at, graph.size_hints, graph.size_ranges) if args.at else None
+    if stacked is not None and point is not None:
+        plan = stacked.at(point)
+        plan.validate()
+    if args.json:
+        data = stacked.to_json() if stacked is not None and point is None else plan.to_json()
+        return {"graph": graph.name, "order_method": chosen, **data,
+                **({"point": {s: point[s] for s in graph.symbols}} if point is not None else {})}
+    if stacked is not None and point is None:
+        print_stacked(graph, chosen, stacked, args.verbose)
+        return None
+    if point is not None:
+        print(f"at {point_text({s: point[s] for s in graph.symbols})} (the plan holds for every size; "
+              f"its offsets evaluated there):")
+    print(f"{graph.name}: {len(plan.names)} storages, order from {chosen}, strategy {plan.strategy}, "
+          f"alignment {plan.alignment}")
+    print(f"slab {format_bytes(plan.slab_bytes)} ({plan.slab_bytes} B), lower bound "
+          f"{format_bytes(plan.lower_bound)}, ratio {plan.ratio:.4f}; plan validated: no two live buffers share "
+          f"a byte")
+    if plan.status:
+        print(f"exact packer: {plan.status} after {plan.nodes} nodes")
+    if plan.capped:
+        print(CAPPED_NOTE)
+    if args.verbose:
+        rows = [(plan.names[k], plan.offsets[k], plan.sizes[k], plan.symbolic_sizes[k] or "", plan.starts[k],
+                 plan.ends[k]) for k in range(len(plan.names))]
+        print(format_table(["buffer", "offset", "size", "symbolic", "start", "end"], rows))
+    return None
 
 
 def print_stacked(graph: Graph, chosen: str, plan, verbose: bool) -> None:
@@ -466,10 +530,13 @@ def cmd_pack(args: argparse.Namespace) -> int:
 
     if args.capacity is not None and not args.exact:
         raise ReorderError(f"--capacity needs --exact (got --capacity {args.capacity} without it)")
-    records = [(pack_exactly if args.exact else pack_instance)(args, load_instance(f)) for f in instance_files(args.file)]
+    each, records = EachFile(instance_files(args.file), args.file), []
+    for f in each:
+        with each.guard(f, records):
+            records.append((pack_exactly if args.exact else pack_instance)(args, load_instance(f)))
     if args.json:
         print_json(records, args.file, indent=None)
-    return 0
+    return each.status
 
 
 def pack_instance(args: argparse.Namespace, inst) -> dict:
@@ -549,7 +616,8 @@ def cmd_capture(args: argparse.Namespace) -> int:
     if not captured:
         raise ReorderError(f"no graph reached Inductor's scheduler while {args.script} ran (does it call "
                            f"torch.compile and run the compiled function?); nothing was written to {out}")
-    rows = [(r.graph, r.nodes, r.inductor["baseline"], r.inductor_best, r.peak, r.method) for r in captured]
+    rows = [(r.graph, r.nodes, format_bytes(r.inductor["baseline"]), format_bytes(r.inductor_best),
+             format_bytes(r.peak), r.method) for r in captured]
     print(format_table(["graph", "nodes", "Inductor baseline", "Inductor best", "ours", "method"], rows))
     print(f"wrote {len(captured)} graphs and inductor-figures.json to {out} (Inductor's caches were off while "
           f"capturing, so every compiled graph went through the pass)")
@@ -627,18 +695,19 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from .schedulers import reorder_for_peak_memory
 
     methods = method_list(args.methods)
-    files = graph_files(args.file)
-    for path, target in zip(files, plot_targets(files, args.file, args.out), strict=True):
-        graph = load_graph(path)
-        result = reorder_for_peak_memory(graph, methods)
-        method, plan = plan_orders(graph, result.orders, plan_options(args))
-        written = plot_graph(graph, list(range(graph.num_nodes)), result.order, result.method, plan, target,
-                             result.lower_bound)
-        print(f"wrote {written}: peak {result.peaks['baseline']} -> {result.peak} ({result.method}), "
-              f"slab {plan.slab_bytes} (order of {method})")
-        if plan.capped:
-            print(CAPPED_NOTE)
-    return 0
+    each = EachFile(graph_files(args.file), args.file)
+    for path, target in zip(each, plot_targets(each.files, args.file, args.out), strict=True):
+        with each.guard(path):
+            graph = load_graph(path)
+            result = reorder_for_peak_memory(graph, methods)
+            method, plan = plan_orders(graph, result.orders, plan_options(args))
+            written = plot_graph(graph, list(range(graph.num_nodes)), result.order, result.method, plan, target,
+                                 result.lower_bound)
+            print(f"wrote {written}: peak {format_bytes(result.peaks['baseline'])} -> {format_bytes(result.peak)} "
+                  f"({result.method}), slab {format_bytes(plan.slab_bytes)} (order of {method})")
+            if plan.capped:
+                print(CAPPED_NOTE)
+    return each.status
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -672,42 +741,77 @@ def cmd_demo(args: argparse.Namespace) -> int:
     rows, records = [], []
     files = graph_files(args.folder)
     with Progress() as progress:
-        for k, path in enumerate(files, 1):
-            graph = load_graph(path)
-            optimum = optimum_for(path)
-            result = reorder_for_peak_memory(graph)
-            # A recorded optimum (benchmarks.optimum) is a proven bound too.
-            bound = max(result.lower_bound, optimum.bound if optimum else 0)
-            plan_method, plan = plan_orders(graph, result.orders, options)
-            peaks = result.peaks
-            inductor = min(peaks[m] for m in ("baseline", "lpmf", "bfs", "dfs"))
-            saved = inductor - result.peak
-            if plots:
-                plot_graph(graph, list(range(graph.num_nodes)), result.order, result.method, plan,
-                           out / f"{graph.name}.png", result.lower_bound)
-            rows.append((
-                graph.name, graph.num_nodes, format_bytes(peaks["baseline"]), format_bytes(inductor),
-                format_bytes(result.peak),
-                f"{format_bytes(saved)} ({100 * saved / inductor:.2f}%)" if inductor else "-",
-                result.method, "yes" if result.peak <= bound else f"{100 * (result.peak - bound) / bound:.1f}% gap",
-                optimum.column() if optimum else "-", format_bytes(plan.slab_bytes),
-                f"{plan.ratio:.4f}" + (" capped" if plan.capped else ""), f"{sum(result.seconds.values()) * 1000:.0f}",
-            ))
-            records.append({"graph": graph.name, "nodes": graph.num_nodes, "inductor_best": inductor,
-                            "ours": result.peak, "method": result.method, "lower_bound": result.lower_bound,
-                            "optimal": result.optimal, "slab_bytes": plan.slab_bytes,
-                            "slab_lower_bound": plan.lower_bound, "peaks": peaks,
-                            "optimum": asdict(optimum) if optimum else None})
-            progress.show(f"[{k}/{len(files)}] {graph.name}")
-    print(format_table(["graph", "nodes", "baseline", "Inductor best", "ours", "saved", "method", "optimal",
-                        "optimum", "slab", "slab/bound", "ms"], rows))
-    never_worse = all(r["ours"] <= r["inductor_best"] for r in records)
-    lower = sum(r["ours"] < r["inductor_best"] for r in records)
-    print(f"\nours <= Inductor's best on every graph: {never_worse}; lower on {lower} of {len(records)}.")
+        each = EachFile(files, args.folder, progress)
+        for k, path in enumerate(each, 1):
+            with each.guard(path):
+                graph = load_graph(path)
+                optimum = optimum_for(path)
+                result = reorder_for_peak_memory(graph)
+                plan_method, plan = plan_orders(graph, result.orders, options)
+                peaks = result.peaks
+                inductor = min(peaks[m] for m in ("baseline", "lpmf", "bfs", "dfs"))
+                saved = inductor - result.peak
+                if plots:
+                    plot_graph(graph, list(range(graph.num_nodes)), result.order, result.method, plan,
+                               out / f"{graph.name}.png", result.lower_bound)
+                rows.append((
+                    graph.name, graph.num_nodes, format_bytes(peaks["baseline"]), format_bytes(inductor),
+                    format_bytes(result.peak),
+                    f"{format_bytes(saved)} ({100 * saved / inductor:.2f}%)" if inductor else "-",
+                    result.method, optimum_cell(result.peak, result.lower_bound, optimum),
+                    format_bytes(plan.slab_bytes), f"{plan.ratio:.4f}" + (" capped" if plan.capped else ""),
+                    f"{sum(result.seconds.values()) * 1000:.0f}",
+                ))
+                records.append({"graph": graph.name, "nodes": graph.num_nodes, "inductor_best": inductor,
+                                "ours": result.peak, "method": result.method, "lower_bound": result.lower_bound,
+                                "optimal": result.optimal, "slab_bytes": plan.slab_bytes,
+                                "slab_lower_bound": plan.lower_bound, "peaks": peaks,
+                                "optimum": asdict(optimum) if optimum else None})
+            progress.show(f"[{k}/{len(each.files)}] {path.stem}")
+    print(format_table(["graph", "nodes", "baseline", "Inductor best", "ours", "saved", "method", "optimum", "slab",
+                        "slab/bound", "ms"], rows))
+    print(DEMO_LEGEND)
+    print(f"\n{lower_count(records)}")
     if plots:
         (out / "demo.json").write_text(json.dumps(records, indent=1) + "\n")
         print(f"plots (live bytes per step, slab layout) and demo.json in {out}/")
-    return 0
+    return each.status
+
+
+#: What the demo table's columns are.
+DEMO_LEGEND = """\
+baseline: the peak of the graph's own order, as Inductor's scheduler made it. Inductor best: the lowest peak of
+  that order and Inductor's three heuristics (LPMF, BFS, DFS), what torch's reorder_for_peak_memory keeps.
+ours: the lowest peak our methods found (method: which one); saved: Inductor best minus ours.
+optimum: the lowest peak any order can have, "(proven)" where a search proved it (recorded beside the graphs
+  by benchmarks.optimum, or our own lower bound met); otherwise the proven bound and how far ours may be above.
+slab/bound: the planned slab against the order's largest live bytes (1.0000: no byte wasted); ms: our methods."""
+
+
+def optimum_cell(peak: int, lower_bound: int, optimum) -> str:
+    """The demo's "optimum" cell for an order of ``peak``: the proven optimum (a recorded one, or ``peak`` itself
+    where it meets a proven lower bound), with how far ours is above it; else the best proven bound."""
+    if optimum is not None and optimum.proven:
+        above = "" if peak <= optimum.peak else f"; ours +{100 * (peak - optimum.peak) / optimum.peak:.2f}%"
+        return f"{format_bytes(optimum.peak)} (proven){above}"
+    bound = max(lower_bound, optimum.bound if optimum else 0)
+    if peak <= bound:
+        return f"{format_bytes(peak)} (proven)"
+    return f">= {format_bytes(bound)} (ours at most {100 * (peak - bound) / bound:.1f}% above)"
+
+
+#: A graph counts as lowered only where the saving shows at the table's precision (0.01%).
+SHOWN_SAVING = 1e-4
+
+
+def lower_count(records: list[dict]) -> str:
+    """The demo's closing sentence: never above Inductor's best, and on how many graphs the saving shows."""
+    never_worse = all(r["ours"] <= r["inductor_best"] for r in records)
+    shown = sum(r["inductor_best"] - r["ours"] >= SHOWN_SAVING * r["inductor_best"] > 0 for r in records)
+    less = sum(0 < r["inductor_best"] - r["ours"] < SHOWN_SAVING * r["inductor_best"] for r in records)
+    tail = f" ({less} more by less than that)" if less else ""
+    return (f"ours <= Inductor's best on every graph: {never_worse}; lower by at least 0.01% on {shown} of "
+            f"{len(records)}{tail}.")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -728,16 +832,60 @@ def build_parser() -> argparse.ArgumentParser:
                         help="log each method's peak (INFO on the 'reorder' logger); with plan, list every buffer")
     sub = parser.add_subparsers(dest="command", required=True)
     for cmd in COMMANDS.values():
-        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.run.__doc__)
+        p = sub.add_parser(cmd.name, help=cmd.help, description=plain_text(cmd.run.__doc__ or cmd.help))
         cmd.add_arguments(p)
         if cmd.json:
             p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        for action in p._actions:
+            if action.help and action.default not in (None, False, argparse.SUPPRESS) and "default" not in action.help:
+                action.help += f" (default: {action.default})"
     return parser
+
+
+def plain_text(doc: str) -> str:
+    """A docstring as ``--help`` shows it: reStructuredText's markup taken off (````--json```` is --json,
+    ``:class:`~reorder.compare.Comparison``` is Comparison, a full path stays a full path)."""
+    doc = re.sub(r":[a-z]+:`~[\w.]*?(\w+)`", r"\1", doc)
+    doc = re.sub(r":[a-z]+:`([^`]+)`", r"\1", doc)
+    return " ".join(doc.replace("``", "").split())
+
+
+#: The commands that run a script: everything after their first ``--`` is the script's.
+SCRIPT_COMMANDS = ("capture", "compare")
+
+
+def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
+    """``argv`` parsed; for a command that runs a script, everything after the first ``--`` goes to the script.
+
+    argparse alone drops a ``--`` that directly follows the script's name, and
+    the options after it would then be read as ours (``reorder compare s.py
+    -- --out x`` must hand ``--out x`` to the script). So the words after the
+    first ``--`` are set apart before parsing and handed back after a ``--``
+    in ``script_args``, where :func:`~reorder.script.split_script_args` gives
+    them to the script untouched. A script named only after the ``--``
+    (``reorder compare --variants stock -- s.py ARGS``) is the script.
+    """
+    parser = build_parser()
+    words = list(argv)
+    command = next((k for k, w in enumerate(words) if not w.startswith("-")), None)
+    if command is None or words[command] not in SCRIPT_COMMANDS or "--" not in words[command + 1:]:
+        return parser.parse_args(words)
+    cut = words.index("--", command + 1)
+    ours, theirs = words[:cut], words[cut + 1:]
+    try:
+        args = parser.parse_args(ours)
+    except ReorderError:
+        if not theirs:
+            raise
+        args = parser.parse_args(ours + theirs[:1])  # the script was named after the '--'
+        theirs = theirs[1:]
+    args.script_args = [*args.script_args, "--", *theirs]
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        args = parse_arguments(sys.argv[1:] if argv is None else argv)
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
         if any(key in vars(args) for key in ("strategy", "restarts", "seconds", "alignment")):
             plan_options(args)  # every planning option checked before any work starts

@@ -38,8 +38,10 @@ from typing import Callable, Sequence, TextIO
 
 from .errors import ReorderError
 from .report import Progress, format_bytes, format_table
+from .script import script_path
 
-__all__ = ["COMPARE_VARIANTS", "Comparison", "VariantRun", "compare", "align_times", "plot_comparison"]
+__all__ = ["COMPARE_VARIANTS", "Comparison", "VariantRun", "align_times", "compare", "draw_comparison", "plot_comparison",
+           "thin", "ties"]
 
 #: Each variant's hook options (None: stock ``torch.compile``, nothing of ours installed).
 COMPARE_VARIANTS: dict[str, dict | None] = {
@@ -168,17 +170,47 @@ def align_times(times: Sequence[float], marks: Sequence[float], reference: Seque
 
 
 def thin(curve: Sequence[tuple[float, int]], points: int = CURVE_POINTS) -> list[tuple[float, int]]:
-    """The curve's highest point in each of ``points`` equal time buckets (its peak is always kept)."""
-    if len(curve) <= points:
+    """``curve`` cut to at most about ``2 * points + 2`` points without losing its shape.
+
+    The events are split into ``points`` runs of equal count (by event, not
+    by clock, so that two runs with the same allocations thin to the same
+    shape however long each event took); of each run the lowest and the
+    highest point are kept, in their order, and the first and last points of
+    the curve always are: its peak, every dip deeper than a run, and its end
+    survive.
+    """
+    if len(curve) <= 2 * points + 2:
         return [tuple(p) for p in curve]
-    begin, end = curve[0][0], curve[-1][0]
-    span = (end - begin) or 1.0
-    buckets: dict[int, tuple[float, int]] = {}
-    for t, live in curve:
-        k = min(points - 1, int((t - begin) / span * points))
-        if k not in buckets or live > buckets[k][1]:
-            buckets[k] = (t, live)
-    return [buckets[k] for k in sorted(buckets)]
+    keep = {0, len(curve) - 1}
+    for k in range(points):
+        lo, hi = k * len(curve) // points, (k + 1) * len(curve) // points
+        if lo < hi:
+            keep.add(min(range(lo, hi), key=lambda i: (curve[i][1], i)))
+            keep.add(max(range(lo, hi), key=lambda i: (curve[i][1], -i)))
+    return [tuple(curve[i]) for i in sorted(keep)]
+
+
+def run_end(curve: Sequence[tuple[float, int]], marks: Sequence[float]) -> float:
+    """Where a run (or its step) ended on its own clock: its last event, or the end of its last compiled call
+    if that came later (a call that frees nothing at its end leaves no event there)."""
+    return max(curve[-1][0] if curve else 0.0, marks[-1] if marks else 0.0)
+
+
+def drawn_to(xs: list[float], ys: list[float], end: float) -> tuple[list[float], list[float]]:
+    """A step curve held at its last value up to ``end``: every run's line reaches the end of the panel."""
+    if xs and end > xs[-1]:
+        return [*xs, end], [*ys, ys[-1]]
+    return xs, ys
+
+
+def ties(runs: Sequence[VariantRun]) -> list[list[VariantRun]]:
+    """``runs`` grouped by curve: runs whose thinned whole-run curves allocate the same bytes in the same order
+    (and so have the same peak) form one group, drawn as one line named for all of them; groups keep the
+    order of their first run."""
+    groups: dict[tuple[int, ...], list[VariantRun]] = {}
+    for r in runs:
+        groups.setdefault(tuple(b for _, b in r.curve), []).append(r)
+    return list(groups.values())
 
 
 def _live_before(curve: Sequence[tuple[float, int]], start: float) -> int:
@@ -299,12 +331,23 @@ def _sentence(comparison_runs: Sequence[VariantRun], reference: str | None) -> s
         return "stock did not run through, so no variant can be compared with it."
     others = [r for r in comparison_runs if r.ok and r.variant != reference]
     best = min(others, key=lambda r: r.peak, default=None)
-    if best is None or best.peak >= ref.peak:
+    if best is not None and best.peak == ref.peak:
+        tied = [r.variant for r in others if r.peak == ref.peak]
+        rest = [r for r in others if r.peak != ref.peak]
+        return (f"{and_list([reference, *tied])} tie: each measured a real peak of {format_bytes(ref.peak)}"
+                + (f"; {and_list([r.variant for r in rest])} measured more." if rest else ".")
+                + ("" if rest else " No variant lowers this script's real peak."))
+    if best is None or best.peak > ref.peak:
         return (f"No variant beats {reference}: its real peak ({format_bytes(ref.peak)}) is the lowest"
                 + (f"; {best.variant} comes closest at {format_bytes(best.peak)}." if best else "."))
     saved = ref.peak - best.peak
     return (f"{best.variant} has the lowest real peak: {format_bytes(best.peak)} against {reference}'s "
             f"{format_bytes(ref.peak)}, {format_bytes(saved)} ({saved / ref.peak:.1%}) less.")
+
+
+def and_list(words: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def compare(script: str | Path, args: Sequence[str] = (), variants: Sequence[str] = tuple(COMPARE_VARIANTS),
@@ -316,9 +359,7 @@ def compare(script: str | Path, args: Sequence[str] = (), variants: Sequence[str
     variant (there is then nothing to compare). A variant under which the
     script fails is a run with its error, not a failure of the comparison.
     """
-    script = Path(script)
-    if not script.is_file():
-        raise ReorderError(f"no such script: {script}")
+    script = script_path(script)
     unknown = [v for v in variants if v not in COMPARE_VARIANTS]
     if unknown or not variants:
         raise ReorderError(f"--variants {','.join(variants)!r}: known variants are {', '.join(COMPARE_VARIANTS)}")
@@ -359,12 +400,7 @@ def compare(script: str | Path, args: Sequence[str] = (), variants: Sequence[str
 
 
 def plot_comparison(comparison: Comparison, path: Path) -> Path | None:
-    """Real memory against the reference run's time, one line per variant; None without matplotlib.
-
-    Two panels: the whole run, and its last step (from the start of each
-    run's last compiled forward call), each aligned on the reference run's
-    compiled calls by :func:`align_times`.
-    """
+    """Draw :func:`draw_comparison` to ``path`` (PNG); None without matplotlib or without a run to draw."""
     try:
         import matplotlib
 
@@ -372,6 +408,31 @@ def plot_comparison(comparison: Comparison, path: Path) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
+    fig = draw_comparison(comparison)
+    if fig is None:
+        return None
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+#: Markers at each line's peak, one per line in turn, so that lines that meet stay told apart.
+PEAK_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def draw_comparison(comparison: Comparison):
+    """Real memory against the reference run's progress, one line per variant (a matplotlib Figure; None
+    without a run to draw).
+
+    Two panels: the whole run, and its last step (from the start of each
+    run's last compiled forward call), each aligned on the reference run's
+    compiled calls by :func:`align_times`. Variants whose curves are the same
+    (:func:`ties`) are one line named for all of them; the other lines are
+    drawn widest first, so that where two of them meet the narrower runs
+    inside the wider and both stay visible, and each line marks its peak.
+    """
+    import matplotlib.pyplot as plt
+
     runs = [r for r in comparison.runs if r.ok and r.curve]
     if not runs:
         return None
@@ -385,18 +446,34 @@ def plot_comparison(comparison: Comparison, path: Path) -> Path | None:
     units = [float(k) for k in range(1, len(ref.marks) + 1)]
     for k in range(0, len(units), 2):
         whole.axvspan(units[k], units[k + 1] if k + 1 < len(units) else units[k], color="grey", alpha=0.08, lw=0)
-    for r in runs:
-        times = align_times([t for t, _ in r.curve], r.marks, units, r.curve[-1][0], len(units) + 1.0)
-        line, = whole.step(times, [b / scale for _, b in r.curve], where="post", linewidth=1.2,
-                           label=f"{r.variant}: peak {r.peak / scale:.2f} {unit}")
+    groups = ties(runs)
+    for rank, group in enumerate(groups):
+        r = group[0]
+        names = ", ".join(g.variant for g in group) + (" (same curve)" if len(group) > 1 else "")
+        width = 1.2 + 2.0 * (len(groups) - 1 - rank)  # widest first: a line drawn later runs inside it
+        style = {"where": "post", "linewidth": width, "alpha": 0.9 if rank == len(groups) - 1 else 0.55,
+                 "zorder": 2 + rank}
+        times, values = drawn_to(
+            align_times([t for t, _ in r.curve], r.marks, units, run_end(r.curve, r.marks), len(units) + 1.0),
+            [b / scale for _, b in r.curve], len(units) + 1.0)
+        line, = whole.step(times, values, label=f"{names}: peak {r.peak / scale:.2f} {unit}", **style)
+        top_at = max(range(len(values)), key=values.__getitem__)
+        marker = PEAK_MARKERS[rank % len(PEAK_MARKERS)]
+        whole.plot([times[top_at]], [values[top_at]], marker=marker, color=line.get_color(), markersize=7,
+                   markeredgecolor="black", markeredgewidth=0.6, zorder=10 + rank, linestyle="none")
         if ref_step is not None and r.step_curve:
             # the step on the reference step's clock: times and marks counted from each step's start
             start, ref_marks = r.last_step_start, [t - ref_step for t in ref.marks if t >= ref_step]
-            xs = align_times([t - start for t, _ in r.step_curve], [t - start for t in r.marks if t >= start],
-                             ref_marks, r.step_curve[-1][0] - start, ref.step_curve[-1][0] - ref_step)
-            step.step(xs, [(b - r.step_base) / scale for _, b in r.step_curve], where="post", linewidth=1.2,
-                      color=line.get_color(),
-                      label=f"{r.variant}: {r.step_peak / scale:.2f} {unit} above the step's start")
+            ref_end = run_end(ref.step_curve, ref.marks) - ref_step
+            xs, ys = drawn_to(
+                align_times([t - start for t, _ in r.step_curve], [t - start for t in r.marks if t >= start],
+                            ref_marks, run_end(r.step_curve, r.marks) - start, ref_end),
+                [(b - r.step_base) / scale for _, b in r.step_curve], ref_end)
+            step.step(xs, ys, color=line.get_color(), label=f"{names}: {r.step_peak / scale:.2f} {unit} above the "
+                      f"step's start", **style)
+            at = max(range(len(ys)), key=ys.__getitem__)
+            step.plot([xs[at]], [ys[at]], marker=marker, color=line.get_color(), markersize=7,
+                      markeredgecolor="black", markeredgewidth=0.6, zorder=10 + rank, linestyle="none")
     whole.set_xlabel("progress through the run: each compiled call (shaded) and each stretch between calls is\n"
                      "one unit, allocations evenly spaced inside it; seconds are in the table", fontsize=8)
     whole.set_ylabel(f"real allocated memory above the script's start ({unit})", fontsize=9)
@@ -414,6 +491,4 @@ def plot_comparison(comparison: Comparison, path: Path) -> Path | None:
         step.set_visible(False)
     fig.suptitle(f"{Path(comparison.script).name}: real memory per variant ({comparison.device})")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig

@@ -22,7 +22,7 @@ from typing import Sequence
 
 from .errors import ReorderError
 
-__all__ = ["ScriptError", "run_script", "split_script_args"]
+__all__ = ["ScriptError", "exit_text", "run_script", "script_path", "split_script_args"]
 
 log = logging.getLogger("reorder")
 
@@ -41,9 +41,7 @@ def run_script(script: str | Path, argv: Sequence[str] = ()) -> None:
     with another one (the script's traceback is logged at INFO: ``reorder
     -v``); :class:`~reorder.errors.ReorderError` when ``script`` is no file.
     """
-    path = Path(script)
-    if not path.is_file():
-        raise ReorderError(f"no such script: {path}")
+    path = script_path(script)
     saved_argv, saved_path, saved_main = sys.argv, list(sys.path), sys.modules.get("__main__")
     sys.argv = [str(path), *argv]
     sys.path.insert(0, str(path.resolve().parent))
@@ -51,18 +49,47 @@ def run_script(script: str | Path, argv: Sequence[str] = ()) -> None:
         runpy.run_path(str(path.absolute()), run_name="__main__")
     except SystemExit as exc:
         if exc.code not in (None, 0):
-            raise ScriptError(f"{path} exited with status {exc.code}") from None
+            raise ScriptError(f"{path} {exit_text(exc.code)}") from None
     except Exception as exc:  # noqa: BLE001 - the script's own error, reported as one line
-        frames = traceback.extract_tb(exc.__traceback__)
-        own = [f for f in frames if Path(f.filename).resolve() == path.resolve()] or frames
-        where = f" (line {own[-1].lineno} of {own[-1].filename})" if own else ""
         log.info("%s", "".join(traceback.format_exception(exc)).rstrip())
-        raise ScriptError(f"{path} raised {type(exc).__name__}: {exc}{where}") from exc
+        what = exc.msg if isinstance(exc, SyntaxError) else exc
+        raise ScriptError(f"{path} raised {type(exc).__name__}: {what}{where_raised(exc, path)}") from exc
     finally:
         sys.argv = saved_argv
         sys.path[:] = saved_path
         if saved_main is not None:
             sys.modules["__main__"] = saved_main
+
+
+def script_path(script: str | Path) -> Path:
+    """``script`` as a path to run; :class:`~reorder.errors.ReorderError` (one line) when it is a folder or
+    does not exist."""
+    path = Path(script)
+    if path.is_dir():
+        raise ReorderError(f"{path} is a folder; name the Python file to run (as 'python SCRIPT.py' would)")
+    if not path.is_file():
+        raise ReorderError(f"no such script: {path}")
+    return path
+
+
+def exit_text(code: object) -> str:
+    """How a script's ``sys.exit(code)`` ended it, as Python itself would: an integer is the exit status, any
+    other value is printed and the status is 1."""
+    if isinstance(code, int):
+        return f"exited with status {code}"
+    return f"exited with status 1: sys.exit({code!r})"
+
+
+def where_raised(exc: BaseException, path: Path) -> str:
+    """`` (line N of FILE)``: where in the script ``exc`` came from; a syntax error is placed where the
+    compiler found it (the script, or a module it imports), any other error at the script's deepest frame, or
+    else the deepest frame that is a real file (never frozen import machinery); empty when there is none."""
+    if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
+        return f" (line {exc.lineno} of {exc.filename})"
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = [f for f in frames if Path(f.filename).resolve() == path.resolve()]
+    real = own or [f for f in frames if not f.filename.startswith("<")]
+    return f" (line {real[-1].lineno} of {real[-1].filename})" if real else ""
 
 
 def split_script_args(rest: Sequence[str], options: dict[str, bool]) -> tuple[dict[str, str | bool], list[str]]:

@@ -171,8 +171,8 @@ def test_plot_of_a_folder_writes_one_png_per_graph_into_a_folder(tmp_path):
     result = reorder("plot", folder, "--out", out)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
-        f"wrote {out / 'mlp_infer_0.png'}: peak 262144 -> 262144 (baseline), slab 262144 (order of baseline)",
-        f"wrote {out / 'mlp_train_0.png'}: peak 1572864 -> 1572864 (baseline), slab 1572864 (order of baseline)"]
+        f"wrote {out / 'mlp_infer_0.png'}: peak 256.00 KiB -> 256.00 KiB (baseline), slab 256.00 KiB (order of baseline)",
+        f"wrote {out / 'mlp_train_0.png'}: peak 1.50 MiB -> 1.50 MiB (baseline), slab 1.50 MiB (order of baseline)"]
     assert sorted(p.name for p in out.iterdir()) == ["mlp_infer_0.png", "mlp_train_0.png"]
 
 
@@ -182,6 +182,64 @@ def test_plot_of_a_folder_refuses_a_png_name(tmp_path):
     assert line == (f"reorder: error: --out {tmp_path / 'x.png'}: {folder} is a folder of 2 graph files, so --out "
                     f"must be a folder (one NAME.png per graph)")
     assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize("command", ["estimate", "optimize", "plan", "plot", "demo"])
+def test_a_folder_with_one_bad_file_reports_it_finishes_the_rest_and_exits_2(tmp_path, capsys, command):
+    folder = graph_folder(tmp_path, "mlp_infer_0", "mlp_train_0")
+    (folder / "broken.json").write_text('{"nodes": [')
+    extra = ["--out", str(tmp_path / "out")] if command in ("plot", "demo") else []
+    code, out, err = run(capsys, command, str(folder), *extra)
+    assert code == 2
+    errors = [line for line in err.splitlines() if line.startswith("reorder: error: ")]
+    assert errors == [
+        f"reorder: error: {folder / 'broken.json'}: not valid JSON (Expecting value: line 1 column 12 (char 11))",
+        "reorder: error: 1 of 3 files failed (listed above); the others were done"]
+    assert err.splitlines()[-1] == errors[-1]
+    assert "mlp_infer_0" in out and "mlp_train_0" in out  # the files after the bad one were done too
+
+
+def test_a_folder_with_a_bad_file_gives_its_error_in_place_in_the_json_list(tmp_path, capsys):
+    folder = graph_folder(tmp_path, "mlp_infer_0", "mlp_train_0")
+    (folder / "b_broken.json").write_text("not json")
+    code, out, _ = run(capsys, "estimate", str(folder), "--json")
+    records = json.loads(out)
+    assert code == 2
+    assert [r.get("graph") or r["file"] for r in records] == ["b_broken.json" and str(folder / "b_broken.json"),
+                                                              "mlp_infer_0", "mlp_train_0"]
+    assert records[0]["error"].startswith(f"{folder / 'b_broken.json'}: not valid JSON")
+
+
+def test_a_folder_of_instances_with_a_bad_one_packs_the_rest(tmp_path, capsys):
+    folder = instance_folder(tmp_path)
+    (folder / "bad.csv").write_text("id,lower,upper,size\na,0,x,64\n")
+    code, out, err = run(capsys, "pack", str(folder))
+    assert code == 2
+    assert [line.split(":")[0] for line in out.splitlines()] == ["three.csv", "two.csv"]
+    assert err.splitlines()[0].startswith(f"reorder: error: {folder / 'bad.csv'}")
+
+
+def test_a_single_bad_file_is_still_one_line(tmp_path):
+    bad = tmp_path / "broken.json"
+    bad.write_text('{"nodes": [')
+    assert one_error_line(reorder("estimate", bad)) == (
+        f"reorder: error: {bad}: not valid JSON (Expecting value: line 1 column 12 (char 11))")
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_help_is_plain_text_and_states_every_default(command):
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    text = sub.format_help()
+    assert "``" not in text and ":class:" not in text and ":func:" not in text
+    for action in sub._actions:
+        if action.help and action.default not in (None, False, argparse.SUPPRESS):
+            assert "default" in action.help, (command, action.dest)
+
+
+def test_compare_help_names_its_default_variants():
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["compare"]
+    assert "(default: stock,hook,slab,guard)" in " ".join(sub.format_help().split())
 
 
 @pytest.mark.parametrize("command", ["estimate", "optimize", "plan", "plot", "pack"])
@@ -301,7 +359,8 @@ def test_run_script_reports_the_scripts_exception_and_restores_argv_and_path(tmp
 
 
 @pytest.mark.parametrize("code, message", [("sys.exit()", None), ("sys.exit(0)", None),
-                                           ("sys.exit(3)", "exited with status 3")])
+                                           ("sys.exit(3)", "exited with status 3$"),
+                                           ("sys.exit('boom')", r"exited with status 1: sys.exit\('boom'\)$")])
 def test_run_script_treats_exit_zero_as_success(tmp_path, code, message):
     script = write_script(tmp_path, f"import sys\n{code}\n")
     if message is None:
@@ -309,6 +368,13 @@ def test_run_script_treats_exit_zero_as_success(tmp_path, code, message):
     else:
         with pytest.raises(ScriptError, match=message):
             run_script(script)
+
+
+def test_a_syntax_error_is_placed_in_the_script(tmp_path):
+    script = write_script(tmp_path, "x = 1\ndef f(:\n    pass\n")
+    with pytest.raises(ScriptError) as caught:
+        run_script(script)
+    assert str(caught.value) == f"{script} raised SyntaxError: invalid syntax (line 2 of {script})"
 
 
 def test_capture_of_a_failing_script_is_one_line(tmp_path):

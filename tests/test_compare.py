@@ -9,9 +9,10 @@ import textwrap
 
 import pytest
 
-from reorder.cli import COMPARE_OPTIONS
+from reorder import compare as compare_module
+from reorder.cli import COMPARE_OPTIONS, main, parse_arguments
 from reorder.script import split_script_args
-from reorder.compare import VariantRun, _sentence, _step_peak, align_times
+from reorder.compare import Comparison, VariantRun, _sentence, _step_peak, align_times, draw_comparison, thin, ties
 from reorder.errors import ReorderError
 
 from helpers import ROOT
@@ -44,6 +45,98 @@ def test_split_script_args_takes_our_options_and_leaves_the_script_its_own():
         split_script_args(["--device"], COMPARE_OPTIONS)
 
 
+@pytest.mark.parametrize("argv, script_args, ours", [
+    (["s.py", "--", "--out", "x", "--variants", "stock"], ["--out", "x", "--variants", "stock"], {}),
+    (["s.py", "--steps", "3", "--", "--out", "x"], ["--steps", "3", "--out", "x"], {}),
+    (["s.py", "--out", "mine", "--", "--out", "x"], ["--out", "x"], {"--out": "mine"}),
+    (["--variants", "stock", "--", "s.py", "--out", "x"], ["--out", "x"], {}),
+    (["s.py", "--json", "--"], [], {"--json": True}),
+])
+def test_everything_after_dash_dash_reaches_the_script(argv, script_args, ours):
+    args = parse_arguments(["compare", *argv])
+    found, theirs = split_script_args(args.script_args, COMPARE_OPTIONS)
+    assert (args.script, theirs, found) == ("s.py", script_args, ours)
+
+
+def test_compare_hands_the_script_what_follows_dash_dash_and_keeps_its_own_defaults(monkeypatch, capsys):
+    seen = {}
+
+    def fake_compare(script, args, variants, device, out):
+        seen.update(script=script, args=args, variants=variants, out=out)
+        return Comparison(script, tuple(args), device, (VariantRun("stock", peak=10),), "stock", "one sentence.")
+
+    monkeypatch.setattr(compare_module, "compare", fake_compare)
+    assert main(["compare", "tiny_main.py", "--", "--out", "myout2", "--variants", "stock"]) == 0
+    assert seen == {"script": "tiny_main.py", "args": ["--out", "myout2", "--variants", "stock"],
+                    "variants": ["stock", "hook", "slab", "guard"], "out": "compare-out"}
+    assert capsys.readouterr().out.splitlines()[-1] == "one sentence."
+
+
+def test_capture_hands_the_script_what_follows_dash_dash(tmp_path, capsys):
+    seen = tmp_path / "argv.json"
+    script = tmp_path / "tiny_main.py"
+    script.write_text(f"import json, sys\njson.dump(sys.argv[1:], open({str(seen)!r}, 'w'))\n")
+    assert main(["capture", str(script), "--", "--out", "capt2"]) == 2  # it compiles nothing
+    assert json.loads(seen.read_text()) == ["--out", "capt2"]
+    assert not (tmp_path / "capt2").exists() and "compiles at the first call" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["capture", "compare"])
+def test_a_folder_named_as_the_script_is_called_a_folder(tmp_path, capsys, command):
+    assert main([command, str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"reorder: error: {tmp_path} is a folder; name the Python file to run (as "
+                                       f"'python SCRIPT.py' would)\n")
+
+
+def test_thin_keeps_the_peak_every_deep_dip_and_both_ends():
+    curve = [(float(t), 100 + t % 7) for t in range(10_000)]
+    curve[4321] = (4321.0, 10)  # a dip
+    curve[7000] = (7000.0, 999)  # the peak
+    thinned = thin(curve, points=50)
+    assert len(thinned) <= 102
+    assert thinned[0] == curve[0] and thinned[-1] == curve[-1]
+    assert (4321.0, 10) in thinned and (7000.0, 999) in thinned
+    assert [t for t, _ in thinned] == sorted(t for t, _ in thinned)
+
+
+def test_thin_gives_the_same_shape_for_the_same_events_at_other_times():
+    values = [100 + (k * 37) % 101 for k in range(5_000)]
+    fast = [(k * 1e-3, v) for k, v in enumerate(values)]
+    slow = [(k * 1e-3 + (2.0 if k > 1_000 else 0.0) + (k % 3) * 1e-4, v) for k, v in enumerate(values)]
+    assert [v for _, v in thin(fast, 40)] == [v for _, v in thin(slow, 40)]
+
+
+def _run(variant, values, marks=(0.5, 1.0, 1.5, 2.0)):
+    curve = tuple((0.01 * k, v) for k, v in enumerate(values))
+    return VariantRun(variant, peak=max(values), step_peak=max(values), marks=marks, curve=curve,
+                      last_step_start=1.5, step_curve=tuple(p for p in curve if p[0] >= 1.5), step_base=0)
+
+
+def test_ties_group_the_runs_whose_curves_are_the_same():
+    stock, hook, slab = _run("stock", [1, 5, 2]), _run("hook", [1, 5, 2]), _run("slab", [1, 4, 2])
+    assert [[r.variant for r in group] for group in ties([stock, slab, hook])] == [["stock", "hook"], ["slab"]]
+
+
+def test_the_plot_draws_tied_variants_as_one_named_line_and_every_line_to_the_end():
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    rising = [k for k in range(200)]
+    runs = (_run("stock", rising), _run("hook", rising), _run("slab", [k // 2 for k in range(120)]))
+    fig = draw_comparison(Comparison("s.py", (), "cpu", runs, "stock", ""))
+    try:
+        whole = fig.axes[0]
+        labels = [t.get_text() for t in whole.get_legend().get_texts()]
+        assert labels == ["stock, hook (same curve): peak 199.00 bytes", "slab: peak 59.00 bytes"]
+        lines = [line for line in whole.get_lines() if line.get_linestyle() != "None"]
+        assert len(lines) == 2 and lines[0].get_linewidth() > lines[1].get_linewidth()
+        # slab's last event is at 1.19 s, before its last compiled call ends at 2.0: drawn to the end all the same
+        assert [line.get_xdata()[-1] for line in lines] == [5.0, 5.0]
+        assert len([line for line in whole.get_lines() if line.get_marker() not in ("None", "")]) == 2  # peaks
+    finally:
+        plt.close(fig)
+
+
 def test_step_peak_is_measured_above_the_live_bytes_where_the_step_starts():
     curve = [(0.0, 100), (1.0, 300), (2.0, 150), (3.0, 400), (4.0, 160)]
     assert _step_peak(curve, 2.5) == 400 - 150
@@ -59,6 +152,15 @@ def test_sentence_names_the_lowest_variant_or_says_none_beats_stock():
     higher = VariantRun("hook", peak=1200)
     assert _sentence([stock, higher], "stock") == (
         "No variant beats stock: its real peak (1000 B) is the lowest; hook comes closest at 1.17 KiB.")
+
+
+def test_sentence_says_when_variants_tie():
+    runs = [VariantRun(v, peak=1000) for v in ("stock", "hook", "slab", "guard")]
+    assert _sentence(runs, "stock") == ("stock, hook, slab and guard tie: each measured a real peak of 1000 B. "
+                                        "No variant lowers this script's real peak.")
+    runs[3] = VariantRun("guard", peak=1200)
+    assert _sentence(runs, "stock") == ("stock, hook and slab tie: each measured a real peak of 1000 B; guard "
+                                        "measured more.")
 
 
 def test_sentence_without_stock_says_so_and_names_the_lowest():

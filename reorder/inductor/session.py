@@ -47,6 +47,13 @@ __all__ = ["CacheHitRecord", "FallbackRecord", "GuardRecord", "HookOptions", "Or
            "Session", "SlabRecord", "source_hash"]
 
 
+#: The summary of a session in which nothing was compiled, and the usual reason for it.
+NOTHING_COMPILED = ("no graph reached Inductor's scheduler in this session: torch.compile compiles at the first "
+                    "call of the compiled function (and a backward at the first backward), so that call must run "
+                    "inside the 'with reorder.inductor.use()' block (a function first called before the block was "
+                    "compiled then, without the hook)")
+
+
 @functools.lru_cache(maxsize=1)
 def source_hash() -> str:
     """A digest of the package's sources: any change to them changes the ``uuid()`` of every pass and guard."""
@@ -584,7 +591,7 @@ class Session:
                          f"these options): no pass of ours ran and they have no records here; to run the passes, "
                          f"set torch._inductor.config.force_disable_caches = True before compiling")
         if not lines:
-            lines.append("no graph reached Inductor's scheduler in this session")
+            lines.append(NOTHING_COMPILED)
         return "\n".join(lines)
 
 
