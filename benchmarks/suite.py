@@ -166,9 +166,9 @@ def scaling(sizes: list[int], torch_limit: float) -> list[dict]:
 
 
 def plot_scaling(rows: list[dict], out: Path) -> None:
-    from reorder.plot import _pyplot
+    from reorder.plot import pyplot
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True, sharey=True)
     for ax, shape in zip(axes, ("narrow", "wide")):
         data = [r for r in rows if r["shape"] == shape]

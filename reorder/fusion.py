@@ -254,7 +254,9 @@ def fusion_peak(profile: PeakProfile, first: int, second: int) -> FusionCheck | 
         if end is None or end > hi:
             new_end = None  # alive past the window
         else:
-            unread = new_step[end] - lo if lo <= end <= hi else new_start  # where it dies with no reader here
+            # A buffer with no reader at all dies at its own step: its producer's, or step 0 for an input
+            # (whichever node runs there); with a reader, at its last reader's.
+            unread = max(new_start, 0)
             new_end = max((new_step[r] - lo for r in readers if lo <= r <= hi), default=unread)
             new_end = max(new_end, new_start)
         delta[max(new_start, 0)] += graph.size_alloc[b]

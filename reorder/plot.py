@@ -15,12 +15,13 @@ from .graph import Graph
 from .planning import SlabPlan
 from .timeline import estimate_peak_memory
 
-__all__ = ["plot_live_bytes", "plot_slab", "plot_graph"]
+__all__ = ["plot_graph", "plot_live_bytes", "plot_slab", "pyplot"]
 
 MIB = 1024 * 1024
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend; a one-line ReorderError when matplotlib is missing."""
     try:
         import matplotlib
 
@@ -62,7 +63,7 @@ def plot_slab_layout(plan: SlabPlan, ax, title: str = "") -> None:
     from matplotlib.patches import Rectangle
 
     scale, unit = _unit(plan.slab_bytes)
-    cmap = _pyplot().get_cmap("tab20")
+    cmap = pyplot().get_cmap("tab20")
     for k in range(len(plan.names)):
         ax.add_patch(Rectangle((plan.starts[k], plan.offsets[k] / scale), plan.ends[k] - plan.starts[k],
                                plan.sizes[k] / scale, facecolor=cmap(k % 20), edgecolor="black", linewidth=0.3))
@@ -79,7 +80,7 @@ def plot_slab_layout(plan: SlabPlan, ax, title: str = "") -> None:
 def plot_graph(graph: Graph, baseline: Sequence[int], chosen: Sequence[int], chosen_label: str, plan: SlabPlan,
                out: str | Path, lower_bound: int | None = None) -> Path:
     """Both pictures for one graph, one above the other, written to ``out`` (PNG)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 8), constrained_layout=True)
     plot_live_bytes(graph, {"baseline": baseline, chosen_label: chosen}, top, lower_bound)
     plot_slab_layout(plan, bottom)
@@ -91,7 +92,7 @@ def plot_graph(graph: Graph, baseline: Sequence[int], chosen: Sequence[int], cho
 
 
 def plot_slab(plan: SlabPlan, out: str | Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(10, 4), constrained_layout=True)
     plot_slab_layout(plan, ax)
     fig.savefig(out, dpi=110)

@@ -124,10 +124,20 @@ def _unread_input_case(split: bool):
     return nodes, [InputSpec("in0", 16)], []
 
 
+def _unread_input_moved_case():
+    """An input nobody reads, and a fusion at step 0 that moves the first node later: n1 feeds n2, so fusing n0
+    with n2 runs n1 first. The input still dies after step 0, whichever node runs there."""
+    nodes = [NodeSpec("n0", [BufferSpec("b0", 0)]), NodeSpec("n1", [BufferSpec("b1", 16)]),
+             NodeSpec("n2", [BufferSpec("b2", 16)], after=["n0", "n1"]), NodeSpec("n3", [BufferSpec("b3", 0)],
+                                                                                  reads=["b1"])]
+    return nodes, [InputSpec("in0", 16)], []
+
+
 @settings(max_examples=200, deadline=None)
 @given(spec=graph_specs(max_nodes=9), pick=st.tuples(st.integers(0, 100), st.integers(0, 100)))
 @example(spec=_unread_input_case(split=False), pick=(0, 3))  # the unread input used to stay live too long
 @example(spec=_unread_input_case(split=True), pick=(0, 1))   # ... and then to die too early
+@example(spec=_unread_input_moved_case(), pick=(0, 2))       # ... and to follow the node that ran at step 0
 def test_incremental_peak_equals_full_reestimate(spec, pick):
     graph, first, second = graph_and_pair(spec, pick)
     if graph is None:

@@ -71,3 +71,18 @@ def test_demo_reorders_plans_and_draws(tmp_path, capsys):
         "gpt_train_1": 41963520, "mlp_train_1": None}
     assert all(r["slab_bytes"] >= r["slab_lower_bound"] for r in records)
     assert is_png(tmp_path / "out" / "gpt_train_1.png")
+
+
+def test_the_readme_states_the_demos_own_figures(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path / "out")]) == 0
+    capsys.readouterr()
+    records = json.loads((tmp_path / "out" / "demo.json").read_text())
+    readme = " ".join((GRAPHS.parent.parent.parent / "README.md").read_text().split())
+    lowered = sorted((r for r in records if r["inductor_best"] - r["ours"] >= 1e-4 * r["inductor_best"]),
+                     key=lambda r: r["ours"] / r["inductor_best"])
+    named = ", ".join(f"{r['graph']} −{100 * (1 - r['ours'] / r['inductor_best']):.2f}%" for r in lowered)
+    assert all(r["ours"] <= r["inductor_best"] for r in records)
+    assert all(r["optimal"] or (r["optimum"] and r["optimum"]["proven"] and r["ours"] <= r["optimum"]["peak"])
+               for r in records)
+    assert (f"ours is never higher, lower by at least 0.01% on {len(lowered)} of {len(records)} ({named}), and "
+            f"proven optimal on all {len(records)}") in readme

@@ -102,7 +102,7 @@ def test_no_composition_where_the_estimate_meets_the_real_peak():
 @pytest.mark.slow
 def test_whole_path_on_the_smallest_model():
     pytest.importorskip("transformers")
-    from benchmarks.real.report import GAP
+    from benchmarks.real.tables import GAP
     from benchmarks.real.run import run_case
 
     variants = tuple(v for v in VARIANTS if v.name in ("eager", "stock", "hook"))
@@ -236,12 +236,12 @@ def test_accuracy_is_judged_by_pytorchs_rule_against_a_float64_reference():
     other, which PyTorch's rule asks. A real error on a large gradient fails it."""
     import torch
 
-    from benchmarks.real.run import _difference, as_accurate
+    from benchmarks.real.run import as_accurate, difference
 
     reference = [torch.tensor([73.5, -12.25], dtype=torch.float64), torch.zeros(4, dtype=torch.float64)]
     stock = [torch.tensor([73.5, -12.25]), torch.tensor([1e-6, -1e-6, 0.0, 5e-7])]
     ours = [torch.tensor([73.5, -12.25]), torch.tensor([-1.4e-6, 1e-6, 2e-7, 0.0])]
-    assert _difference(ours, stock) > 1.17  # relative to the tensor's own magnitude: larger than eager's
+    assert difference(ours, stock) > 1.17  # relative to the tensor's own magnitude: larger than eager's
     passed, ratio = as_accurate(ours, stock, reference)
     assert passed and 1 < ratio < 2
     wrong = [torch.tensor([73.5 * 1.01, -12.25]), ours[1]]

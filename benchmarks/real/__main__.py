@@ -25,7 +25,8 @@ import sys
 import time
 
 from .models import MODELS, SIZES
-from .report import GRAPHS, RESULTS, write_report
+from .report import write_report
+from .tables import GRAPHS, RESULTS
 from .variants import VARIANTS
 
 MODES = ("infer", "train")

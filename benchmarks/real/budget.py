@@ -36,7 +36,6 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import torch
@@ -47,8 +46,8 @@ from reorder.measure import measure
 from ..variants import Variant, functorch, hooked, load_records, records_json
 from .budget_report import BUDGETS
 from .models import BATCH, MODELS, build, parameter_bytes
-from .report import RESULTS
-from .run import _difference, _step_function, _tensors, as_accurate, float64_reference
+from .tables import RESULTS
+from .run import as_accurate, difference, float64_reference, step_function, tensors
 
 __all__ = ["fractions_for", "main", "refresh_records", "run_row", "variants_for"]
 
@@ -107,7 +106,7 @@ class _Prepared:
 
 def _prepare(base, inputs: dict, kind: str, fraction: float | None, variant: Variant) -> _Prepared:
     model = copy.deepcopy(base)
-    fn = variant.compile(_step_function(model, "train"), own_cache=True)
+    fn = variant.compile(step_function(model, "train"), own_cache=True)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
 
     def step():
@@ -123,7 +122,7 @@ def _prepare(base, inputs: dict, kind: str, fraction: float | None, variant: Var
     t0 = time.perf_counter()
     with variant.enter(True) as session:
         loss = step()
-        checked = [t.detach().clone() for t in _tensors(loss)] + [p.grad.clone() for p in model.parameters()
+        checked = [t.detach().clone() for t in tensors(loss)] + [p.grad.clone() for p in model.parameters()
                                                                   if p.grad is not None]
         reset()
         step()  # a second step may still compile: inside the context too
@@ -179,7 +178,7 @@ def run_row(name: str, size: str = "bench", points: int = POINTS, rounds: int = 
             "real_peak": m.peak, "held_at_backward": m.held_at_backward, "peak_composition": m.peak_composition,
             "step_seconds": step_seconds, "step_times": times[p.variant.name],
             "compile_seconds": max(0.0, p.first_two_seconds - 2 * step_seconds),
-            "difference_to_stock": _difference(p.checked, stock.checked),
+            "difference_to_stock": difference(p.checked, stock.checked),
             "as_accurate_as_stock": accuracy and accuracy[0], "error_to_stocks": accuracy and accuracy[1],
             "records": p.records,
         }
@@ -260,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
             peaks = {name: v["real_peak"] for name, v in row["variants"].items()}
             print(f"    {row['seconds']:.0f}s  real peaks {peaks}", file=sys.stderr, flush=True)
     from .budget_report import inductor_table
-    from .report import write_between_markers, write_report
+    from .report import write_report
+    from .tables import write_between_markers
 
     write_report(RESULTS / "bench")
     write_between_markers("budget-table", inductor_table())

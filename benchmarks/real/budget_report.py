@@ -33,7 +33,7 @@ from pathlib import Path
 from reorder.inductor.session import PartitionRecord
 
 from ..variants import load_records
-from .report import IMAGES, RESULTS, Column, _left, markdown
+from .tables import IMAGES, RESULTS, Column, left, markdown
 
 __all__ = ["BudgetRow", "budget_row", "budget_rows", "budget_section", "inductor_table", "plot_budget", "step_figures"]
 
@@ -220,7 +220,7 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "**no**"
 
 
-SUMMARY = (_left("model", lambda r: r.model), Column("stock MB", lambda r: r.stock.real_peak, _mb),
+SUMMARY = (left("model", lambda r: r.model), Column("stock MB", lambda r: r.stock.real_peak, _mb),
            Column("ours lowest MB", lambda r: r.lowest.real_peak, _mb),
            Column("below stock", lambda r: r.saving, lambda x: f"{x:.1%}"),
            Column("at fraction", lambda r: r.lowest.fraction, lambda f: f"{f:g}"),

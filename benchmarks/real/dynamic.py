@@ -50,17 +50,18 @@ import torch
 
 from reorder.measure import measure
 
-from ..variants import load_records, records_json
+from ..variants import records_json
 from .models import MODELS, build_model, make_inputs
+from .dynamic_report import RESULTS, VARIANTS, cached_rows, inductor_table
+from .report import write_report
 from .rows import run_rows
-from .run import _difference, _tensors
+from .run import difference, tensors
+from .tables import DOC, RESULTS as BENCH_RESULTS, write_between_markers
 
-__all__ = ["DYNAMIC_ROWS", "DynamicRow", "dynamic_section", "run_dynamic_case"]
+__all__ = ["DYNAMIC_ROWS", "DynamicRow", "run_dynamic_case"]
 
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results" / "dynamic"
 GRAPHS = HERE / "graphs" / "dynamic"
-IMAGES = HERE.parents[1] / "docs" / "img" / "real" / "dynamic"
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,6 @@ DYNAMIC_ROWS: dict[str, DynamicRow] = {
     "ViTForImageClassification": IMAGE,
 }
 
-VARIANTS = ("stock", "hook", "slab")
 
 
 class Stepper:
@@ -112,7 +112,7 @@ class Stepper:
         return loss.detach()
 
     def step(self, inputs: dict) -> list[torch.Tensor]:
-        outputs = [t.detach().clone() for t in _tensors(self.run(inputs))]
+        outputs = [t.detach().clone() for t in tensors(self.run(inputs))]
         if self.train:
             outputs += [p.grad.clone() for p in self.model.parameters() if p.grad is not None]
             self.optimizer.zero_grad(set_to_none=True)
@@ -206,7 +206,7 @@ def run_dynamic_case(name: str, mode: str) -> dict:
               f"{row['variants'][variant]['seconds']:.0f}s)", file=sys.stderr, flush=True)
         del stepper
     for variant in VARIANTS[1:]:
-        row["difference_to_stock"][variant] = {str(size): _difference(outputs[variant][size], outputs["stock"][size])
+        row["difference_to_stock"][variant] = {str(size): difference(outputs[variant][size], outputs["stock"][size])
                                                for size in spec.sizes}
     for reference in STATIC:
         row["variants"][reference] = run_static(name, mode, reference)
@@ -222,156 +222,6 @@ def add_static_stock(name: str, mode: str) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The report.
-
-
-def _rows() -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*_*.json"))]
-
-
-def _mb(n: int | None) -> str:
-    return "" if n is None else f"{n / 1e6:.2f}"
-
-
-def slab_fallbacks(row: dict) -> list[str]:
-    """The slab variant's fallback records of a row, as ``graph: reason``."""
-    from reorder.inductor.session import FallbackRecord
-
-    return [f"{r.graph}: {r.reason}" for r in load_records(row["variants"]["slab"]) if isinstance(r, FallbackRecord)]
-
-
-def stacked_pools(row: dict) -> int:
-    """Pools of the slab variant whose offsets are expressions in the size symbols."""
-    from reorder.inductor.session import SlabRecord
-
-    return sum(r.stacked for r in load_records(row["variants"]["slab"]) if isinstance(r, SlabRecord))
-
-
-def worst_pool_ratio(row: dict) -> float:
-    """The largest pool's slab over its own live-bytes bound, at the worst evaluation point of any graph of the
-    slab variant (1.000: every pool at its bound at every point)."""
-    from reorder.inductor.session import SlabRecord
-
-    ratios = [at["worst_ratio"] for r in load_records(row["variants"]["slab"]) if isinstance(r, SlabRecord)
-              for at in (r.peaks_at or {}).values()]
-    return max(ratios, default=1.0)
-
-
-def plot(row: dict, path: Path) -> bool:
-    """Two panels against size: the real peak of every variant (log-log), and each one's peak relative to stock's
-    at that size; the legend below both (False without matplotlib)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    sizes = row["sizes"]
-    stock = [row["variants"]["stock"]["real_peak"][str(s)] for s in sizes]
-    fig, (absolute, relative) = plt.subplots(1, 2, figsize=(10, 4.2))
-    styles = {"stock": ("stock, compiled once", "-", "o"), "hook": ("hook, compiled once", "--", "s"),
-              "slab": ("slab, compiled once", "-", "^"), "static_slab": ("slab compiled per size", ":", "x"),
-              "static_stock": ("stock compiled per size", ":", "+")}
-    for variant, (label, line, marker) in styles.items():
-        if variant not in row["variants"]:
-            continue
-        peaks = [row["variants"][variant]["real_peak"][str(s)] for s in sizes]
-        absolute.plot(sizes, [p / 1e6 for p in peaks], line, marker=marker, label=label)
-        relative.plot(sizes, [100 * (p / q - 1) for p, q in zip(peaks, stock, strict=True)], line, marker=marker)
-    axis = row["axis"] + (" length (batch 8)" if row["axis"] == "sequence" else " size")
-    for ax in (absolute, relative):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(sizes, [str(s) for s in sizes])
-        ax.set_xlabel(axis)
-        ax.grid(True, alpha=0.3)
-    absolute.set_yscale("log")
-    absolute.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
-    absolute.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}"))
-    absolute.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    absolute.set_ylabel("real allocated peak (MB)")
-    relative.set_ylabel("real peak against stock compiled once (%)")
-    relative.axhline(0, color="black", linewidth=0.6)
-    fig.suptitle(f"{row['model']} {row['mode']}: torch.compile(dynamic=True) once, every size")
-    fig.legend(loc="lower center", ncol=5, fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return True
-
-
-def dynamic_section() -> list[str]:
-    """The report's dynamic-shapes section from the cached rows (empty without any), with a plot per row."""
-    rows = _rows()
-    if not rows:
-        return []
-    lines = ["## Dynamic shapes (compiled once, `dynamic=True`)", "",
-             "Generated by `python -m benchmarks.real.dynamic`. Each variant compiles the step **once** with "
-             "`torch.compile(step, dynamic=True)` at the first size and runs it at every size; the reference, "
-             "**static slab**, is `use(slab=True)` compiled for that one size (`dynamic=False`). Real allocated "
-             "peaks (MB) from the allocator's events, one call, variants side by side in one process. Text models "
-             "vary the sequence length (batch 8), image models the batch size. Compiles: Dynamo graphs each "
-             "compiled-once variant compiled over all sizes (stock / hook / slab). Difference: the largest "
-             "difference of any output or gradient of hook or slab against stock at that size, relative to the "
-             "tensor's magnitude (0: bitwise).", "",
-             "| model | mode | size | stock | hook | slab | static slab | static stock | slab/stock | slab/static | "
-             "stock/static stock | compiles | slab fallbacks | difference |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
-    worst_stock, worst_static, fallbacks = 0.0, 0.0, 0
-    for row in rows:
-        v = row["variants"]
-        compiles = " / ".join(str(v[name]["compiles"]) for name in VARIANTS)
-        falls = slab_fallbacks(row)
-        fallbacks += len(falls)
-        for size in row["sizes"]:
-            key = str(size)
-            peak = {name: v[name]["real_peak"][key] if name in v else None
-                    for name in (*VARIANTS, "static_slab", "static_stock")}
-            to_stock, to_static = peak["slab"] / peak["stock"], peak["slab"] / peak["static_slab"]
-            stock_gap = "" if peak["static_stock"] is None else f"{peak['stock'] / peak['static_stock']:.3f}"
-            worst_stock, worst_static = max(worst_stock, to_stock), max(worst_static, to_static)
-            difference = max((d[key] for d in row["difference_to_stock"].values() if d[key] is not None),
-                             default=None)
-            lines.append(f"| {row['model']} | {row['mode']} | {size} | {_mb(peak['stock'])} | {_mb(peak['hook'])} | "
-                         f"{_mb(peak['slab'])} | {_mb(peak['static_slab'])} | {_mb(peak['static_stock'])} | "
-                         f"{to_stock:.3f} | {to_static:.3f} | {stock_gap} | {compiles} | {len(falls)} | "
-                         f"{'' if difference is None else f'{difference:.1e}'} |")
-    lines += ["", f"Across the {len(rows)} rows: slab/stock at most {worst_stock:.3f}, slab/static slab at most "
-                  f"{worst_static:.3f}, {fallbacks} slab fallbacks. *static stock*: stock compiled for that one "
-                  f"size; stock/static stock is what compiling once for every size costs Inductor itself.", ""]
-    for row in rows:
-        path = IMAGES / f"{row['model']}_{row['mode']}.png"
-        if plot(row, path):
-            lines.append(f"![{row['model']} {row['mode']}](img/real/dynamic/{path.name})")
-    return lines + [""]
-
-
-def inductor_table() -> list[str]:
-    """The condensed table docs/inductor.md shows: per row, the slab against stock and against the slab compiled
-    per size, at each size; compiles; fallbacks; pools whose offsets are expressions."""
-    rows = _rows()
-    lines = ["Measured with `python -m benchmarks.real.dynamic` (docs/real-models.md has every figure and a plot per "
-             "row): each step compiled **once** with `dynamic=True` at the first size, run at four sizes (text: "
-             "sequence length, batch 8; images: batch size); real allocated peaks from the allocator's events, "
-             "variants side by side in one process. *static slab*: `use(slab=True)` compiled for that one size; *static "
-             "stock*: stock compiled for that one size (what compiling once costs Inductor itself).", "",
-             "| model | mode | sizes | stock MB | slab / stock | slab / static slab | stock / static stock | "
-             "compiles stock / hook / slab | slab fallbacks | stacked pools | worst pool / bound |",
-             "|---|---|---|---|---|---|---|---|---:|---:|---:|"]
-    for row in rows:
-        v = row["variants"]
-        keys = [str(size) for size in row["sizes"]]
-        ratio = lambda a, b: " / ".join(f"{v[a]['real_peak'][k] / v[b]['real_peak'][k]:.3f}" for k in keys)
-        lines.append(f"| {row['model']} | {row['mode']} | {', '.join(keys)} ({row['axis']}) | "
-                     f"{' / '.join(_mb(v['stock']['real_peak'][k]) for k in keys)} | {ratio('slab', 'stock')} | "
-                     f"{ratio('slab', 'static_slab')} | "
-                     f"{ratio('stock', 'static_stock') if 'static_stock' in v else ''} | "
-                     f"{' / '.join(str(v[n]['compiles']) for n in VARIANTS)} | "
-                     f"{len(slab_fallbacks(row))} | {stacked_pools(row)} | {worst_pool_ratio(row):.3f} |")
-    return lines
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.real.dynamic", description=__doc__.splitlines()[0])
     parser.add_argument("--models", help=f"comma-separated (default: {', '.join(DYNAMIC_ROWS)})")
@@ -393,11 +243,9 @@ def main(argv: list[str] | None = None) -> int:
                  merge=lambda cached, new: {**new, "seconds": cached.get("seconds", 0.0) + new["seconds"]})
     elif not args.report_only:
         run_rows(cases, RESULTS, run_dynamic_case, args.again)
-    from .report import DOC, RESULTS as BENCH_RESULTS, write_between_markers, write_report
-
     write_report(BENCH_RESULTS / "bench")
     write_between_markers("dynamic-table", inductor_table())
-    print(f"dynamic section in {DOC.name} and its table in inductor.md: {len(_rows())} rows", file=sys.stderr)
+    print(f"dynamic section in {DOC.name} and its table in inductor.md: {len(cached_rows())} rows", file=sys.stderr)
     return 0
 
 

@@ -19,27 +19,14 @@ import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-from reorder.inductor.session import FallbackRecord, GuardRecord, OrderRecord, Record, SlabRecord
+from reorder.inductor.session import FallbackRecord, GuardRecord, OrderRecord, SlabRecord
 
 from ..variants import load_records
-
-RESULTS = Path(__file__).resolve().parent / "results"
-GRAPHS = Path(__file__).resolve().parent / "graphs" / "bench"
-ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "real-models.md"
-IMAGES = ROOT / "docs" / "img" / "real"
-
-
-def write_between_markers(name: str, lines: list[str], doc: Path = ROOT / "docs" / "inductor.md") -> None:
-    """Replace what stands between ``<!-- name -->`` and ``<!-- /name -->`` in ``doc`` with ``lines`` (the measured
-    tables docs/inductor.md shows)."""
-    text = doc.read_text()
-    start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
-    head, rest = text.split(start, 1)
-    tail = rest.split(end, 1)[1]
-    doc.write_text(head + start + "\n" + "\n".join(lines) + "\n" + end + tail)
+from .budget_report import budget_section
+from .dynamic_report import dynamic_section
+from .tables import DOC, GAP, GRAPHS, IMAGES, ROOT, Column, largest_estimate, left, markdown, records_of
 
 #: PyTorch PR #134874's table lists these models; ours is set beside it.
 PR_134874 = ("DebertaV2ForQuestionAnswering", "AlbertForMaskedLM", "AlbertForQuestionAnswering",
@@ -50,10 +37,6 @@ COMPILED = ("hook", "slab", "guard", "memory_planning")
 
 #: Variants a summary keeps the figures of, in the order of the summary's columns.
 SUMMARIZED = ("eager", "stock", *COMPILED)
-
-#: Relative difference between the real peak and the largest graph estimate that asks for a decomposition.
-GAP = 0.05
-
 
 def _mb(n: int | None) -> str:
     return "" if n is None else f"{n / 1e6:.2f}"
@@ -77,24 +60,6 @@ def _blank(x: Any) -> str:
 
 def _slashed(values: tuple) -> str:
     return " / ".join(str(v) for v in values)
-
-
-def _of(records: Sequence[Record], kind: type, stage: str | None = None) -> list:
-    return [r for r in records if isinstance(r, kind) and (stage is None or r.stage == stage)]
-
-
-def largest_estimate(records: Sequence[Record], key: str) -> int | None:
-    """The largest per-graph estimate of a step: ``key`` is ``"ours"``, ``"inductor_best"`` or ``"inductor_baseline"``.
-
-    Inductor's figures come from graphs compiled with ``compare`` (records without them are skipped).
-    """
-    values = []
-    for g in _of(records, OrderRecord):
-        if key == "ours":
-            values.append(g.peak)
-        elif g.inductor is not None:
-            values.append(min(g.inductor.values()) if key == "inductor_best" else g.inductor["baseline"])
-    return max(values) if values else None
 
 
 def _optimum_of_largest(row: dict, graphs: Sequence[OrderRecord]) -> str:
@@ -203,23 +168,23 @@ def summary(row: dict) -> Summary:
     v = row["variants"]
     records = {name: load_records(run) for name, run in v.items()}
     hook = records.get("hook", ())
-    hook_graphs = _of(hook, OrderRecord)
+    hook_graphs = records_of(hook, OrderRecord)
     slab = records.get("slab", ())
-    plans = _of(slab, SlabRecord)
-    guard = _of(records.get("guard", ()), GuardRecord)
+    plans = records_of(slab, SlabRecord)
+    guard = records_of(records.get("guard", ()), GuardRecord)
     diffs = row["difference_to_stock"]
     return Summary(
         model=row["model"], mode=row["mode"], batch=row["batch"], parameter_bytes=row["parameter_bytes"],
         input_bytes=row["input_bytes"], variants={n: VariantFigures.of(v[n]) for n in SUMMARIZED if n in v},
-        graphs=len(hook_graphs) + len(_of(hook, FallbackRecord, "order")),
+        graphs=len(hook_graphs) + len(records_of(hook, FallbackRecord, "order")),
         inductor_baseline_estimate=largest_estimate(hook, "inductor_baseline"),
         inductor_best_estimate=largest_estimate(hook, "inductor_best"),
         our_estimate=largest_estimate(hook, "ours"),
         optimum=_optimum_of_largest(row, hook_graphs),
         our_pass_seconds=sum(g.seconds for g in hook_graphs),
-        fallbacks=len(_of(hook, FallbackRecord, "order")),
+        fallbacks=len(records_of(hook, FallbackRecord, "order")),
         slab_pool_bytes=sum(p.pool_bytes for p in plans) if plans else None,
-        slab_fallbacks=len(_of(slab, FallbackRecord, "slab")),
+        slab_fallbacks=len(records_of(slab, FallbackRecord, "slab")),
         slab_worst_ratio=max((p.worst_ratio for p in plans), default=None),
         slab_largest_pool_bytes=max((max(p.pools, default=0) for p in plans), default=None),
         slab_bound_bytes=max((p.bound for p in plans), default=None),
@@ -232,30 +197,7 @@ def summary(row: dict) -> Summary:
         eager_difference_to_stock=diffs.get("eager"))
 
 
-@dataclass(frozen=True)
-class Column:
-    """One column of a report table: its header, the cell's value from a :class:`Summary`, how to write it,
-    and its Markdown alignment (``"---:"`` right, ``"---"`` left)."""
-
-    header: str
-    cell: Callable[[Summary], Any]
-    format: Callable[[Any], str] = str
-    align: str = "---:"
-
-
-def markdown(columns: Sequence[Column], rows: Sequence[Summary]) -> list[str]:
-    """A Markdown table: the header line, the alignment line, one line per row."""
-    lines = ["| " + " | ".join(c.header for c in columns) + " |", "|" + "|".join(c.align for c in columns) + "|"]
-    for row in rows:
-        lines.append("| " + " | ".join(c.format(c.cell(row)) for c in columns) + " |")
-    return lines
-
-
-def _left(header: str, cell: Callable[[Summary], Any], format: Callable[[Any], str] = str) -> Column:
-    return Column(header, cell, format, "---")
-
-
-MODEL_MODE = (_left("model", lambda s: s.model), _left("mode", lambda s: s.mode))
+MODEL_MODE = (left("model", lambda s: s.model), left("mode", lambda s: s.mode))
 
 
 def _peak(variant: str, header: str | None = None) -> Column:
@@ -293,10 +235,10 @@ ESTIMATES = (*MODEL_MODE, Column("graphs", lambda s: s.graphs),
              Column("Inductor best", lambda s: s.inductor_best_estimate, _mb),
              Column("ours", lambda s: s.our_estimate, _mb), Column("optimum", lambda s: s.optimum),
              _peak("stock", "stock real"), Column("our pass s", lambda s: round(s.our_pass_seconds, 3)),
-             _left("compile s stock / hook / slab / guard",
+             left("compile s stock / hook / slab / guard",
                    lambda s: tuple(_compile_shown(s, v) for v in ("stock", "hook", "slab", "guard")),
                    lambda values: " / ".join(_blank(v) for v in values)),
-             _left("allocations stock / slab", lambda s: (s.run("stock").allocations, s.run("slab").allocations),
+             left("allocations stock / slab", lambda s: (s.run("stock").allocations, s.run("slab").allocations),
                    _slashed),
              Column("slab pool MB", lambda s: s.slab_pool_bytes, _mb), Column("guard blocked", lambda s: s.guard_blocked),
              Column("guard s", lambda s: round(s.guard_seconds, 3)))
@@ -315,7 +257,7 @@ GUARD = (*MODEL_MODE, Column("blocked", lambda s: s.guard_blocked),
          Column("step s stock / guard", lambda s: (_step_shown(s, "stock"), _step_shown(s, "guard")), _slashed),
          Column("guard s", lambda s: round(s.guard_seconds, 3)))
 
-PR_TABLE = (_left("model", lambda s: s.model), Column("batch", lambda s: s.batch),
+PR_TABLE = (left("model", lambda s: s.model), Column("batch", lambda s: s.batch),
             _peak("stock", "peak baseline (MB)"), _peak("hook", "peak new (MB)"),
             Column("ratio", lambda s: s.peak_ratio("hook"), _three))
 
@@ -521,8 +463,6 @@ def write_report(folder: Path) -> None:
         "The PR's table form (model, batch, peak baseline, peak new, ratio), training step, here with stock "
         "Inductor as the baseline and our hook as new, both measured.",
         PR_TABLE, [r for r in records if r.model in PR_134874 and r.mode == "train"])
-    from .budget_report import budget_section
-
     lines += ["", *budget_section()]
     lines += ["## Where real memory and the estimate differ by more than 5%", ""]
     for row, s in zip(rows, records, strict=True):
@@ -532,8 +472,6 @@ def write_report(folder: Path) -> None:
                          f"graph estimate {_mb(s.inductor_best_estimate)} MB.")
             lines += [f"- {p}" for p in parts]
             lines.append("")
-    from .dynamic import dynamic_section  # it runs steps with run.py's helpers, which read this module
-
     lines += full_depth_section(folder.parent / "full")
     lines += dynamic_section()
     lines += ["## Pictures", ""]

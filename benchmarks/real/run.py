@@ -30,7 +30,7 @@ from reorder.measure import measure
 
 from ..variants import load_records, records_json
 from .models import BATCH, build, parameter_bytes
-from .report import GAP, largest_estimate
+from .tables import GAP, largest_estimate
 from .variants import HOOK, NO_LAYOUT_OPTIMIZATION, VARIANTS, Variant
 
 __all__ = ["CURVE_POINTS", "capture_case", "run_case", "run_variant"]
@@ -42,15 +42,15 @@ CURVE_POINTS = 600
 STEADY_CALLS = 3
 
 
-def _tensors(value) -> list[torch.Tensor]:
+def tensors(value) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _tensors(v)]
+        return [t for v in value for t in tensors(v)]
     return []
 
 
-def _step_function(model: torch.nn.Module, mode: str):
+def step_function(model: torch.nn.Module, mode: str):
     if mode == "train":
         return lambda inputs: model(**inputs).loss
     return lambda inputs: tuple(model(**inputs).to_tuple())
@@ -67,7 +67,7 @@ def run_variant(base: torch.nn.Module, inputs: dict, mode: str, variant: Variant
         variant = variant.with_hook(capture_dir=capture_dir)
     torch._dynamo.reset()
     model = copy.deepcopy(base)
-    fn = variant.compile(_step_function(model, mode))
+    fn = variant.compile(step_function(model, mode))
     train = mode == "train"
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3) if train else None
 
@@ -84,7 +84,7 @@ def run_variant(base: torch.nn.Module, inputs: dict, mode: str, variant: Variant
     with variant.enter(train) as session:
         outputs = step()
     first_seconds = time.perf_counter() - t0
-    checked = [t.detach().clone() for t in _tensors(outputs)]
+    checked = [t.detach().clone() for t in tensors(outputs)]
     if train:
         checked += [p.grad.clone() for p in model.parameters() if p.grad is not None]
         optimizer.zero_grad(set_to_none=True)
@@ -127,7 +127,7 @@ def run_variant(base: torch.nn.Module, inputs: dict, mode: str, variant: Variant
     return record, checked
 
 
-def _difference(a: list[torch.Tensor], b: list[torch.Tensor]) -> float | None:
+def difference(a: list[torch.Tensor], b: list[torch.Tensor]) -> float | None:
     """Largest absolute difference, relative to the largest magnitude (None: different structure)."""
     if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b, strict=True)):
         return None
@@ -149,9 +149,9 @@ def float64_reference(base: torch.nn.Module, inputs: dict) -> list[torch.Tensor]
     variant's checked tensors (the loss, then each parameter's gradient)."""
     model = copy.deepcopy(base).double()
     cast = {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()}
-    loss = _step_function(model, "train")(cast)
+    loss = step_function(model, "train")(cast)
     loss.backward()
-    return [t.detach() for t in _tensors(loss)] + [p.grad for p in model.parameters() if p.grad is not None]
+    return [t.detach() for t in tensors(loss)] + [p.grad for p in model.parameters() if p.grad is not None]
 
 
 def as_accurate(ours: list[torch.Tensor], stock: list[torch.Tensor], reference: list[torch.Tensor],
@@ -198,7 +198,7 @@ def run_case(name: str, size: str, mode: str, variants: tuple[Variant, ...] = VA
     if "stock" in outputs:
         for other, values in outputs.items():
             if other != "stock":
-                row["difference_to_stock"][other] = _difference(values, outputs["stock"])
+                row["difference_to_stock"][other] = difference(values, outputs["stock"])
     hook = row["variants"].get("hook")
     stock = row["variants"].get("stock")
     estimate = largest_estimate(load_records(hook), "inductor_best") if hook else None
@@ -224,7 +224,7 @@ def capture_case(name: str, size: str, mode: str, capture_dir: Path) -> list[Ord
     base, inputs = build(name, size, mode)
     torch._dynamo.reset()
     variant = HOOK.with_hook(capture_dir=capture_dir)
-    fn = variant.compile(_step_function(base, mode))
+    fn = variant.compile(step_function(base, mode))
     with variant.enter(mode == "train") as session:
         if mode == "train":
             fn(inputs).backward()

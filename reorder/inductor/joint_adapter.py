@@ -32,37 +32,13 @@ import operator
 from typing import Any
 
 from ..budget.step_graph import StepGraph, StepNodeSpec, build_step_graph
+from .fx_values import nbytes, numel, size_hint
+from .scratch import scratch_bytes
 
 __all__ = ["recompute_policy", "saved_names", "step_graph_from_joint"]
 
 #: Views Inductor lowers as views though their schemas declare no alias.
 _VIEW_TARGETS = ("aten::_unsafe_view",)
-
-
-def _hint(value: Any) -> int:
-    from torch.fx.experimental.symbolic_shapes import optimization_hint
-
-    return int(optimization_hint(value, fallback=4096))
-
-
-def _tensors(value: Any) -> list:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _tensors(v)]
-    return []
-
-
-def _nbytes(value: Any) -> int:
-    import torch
-
-    return _hint(value.numel()) * value.dtype.itemsize if isinstance(value, torch.Tensor) else 0
-
-
-def _numel(value: Any) -> int:
-    return sum(_hint(t.numel()) for t in _tensors(value))
 
 
 def recompute_policy(node) -> Any:
@@ -95,7 +71,7 @@ def _flops(node) -> int | None:
         if isinstance(x, torch.fx.Node):
             x = x.meta.get("val")
         if isinstance(x, torch.Tensor):
-            return torch.Size(_hint(s) for s in x.shape)
+            return torch.Size(size_hint(s) for s in x.shape)
         if isinstance(x, (list, tuple)):
             return type(x)(shape(y) for y in x)
         return x
@@ -148,7 +124,6 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
                                                _is_tangent, classify_nodes, get_default_op_list)
     from torch.utils.checkpoint import CheckpointPolicy
 
-    from .scratch import scratch_bytes  # here, not at the top: it sizes tensors with this module's helpers
 
     info = classify_nodes(joint_module, list(static_lifetime_input_indices or ()), num_fwd_outputs)
     forward_outputs, backward_outputs, _, _ = _extract_fwd_bwd_outputs(joint_module, num_fwd_outputs=num_fwd_outputs)
@@ -175,7 +150,7 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
                 if a is not product]
         if node.op == "placeholder":
             tangent = _is_tangent(node) or _is_bwd_seed_offset(node) or not _is_primal(node)
-            specs.append(StepNodeSpec(node.name, "tangent" if tangent else "primal", bytes=_nbytes(val),
+            specs.append(StepNodeSpec(node.name, "tangent" if tangent else "primal", bytes=nbytes(val),
                                       owned=node in owned))
             continue
         if node.op != "call_function":  # get_attr: constants the module holds
@@ -192,12 +167,12 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
         tuple_valued = isinstance(val, (tuple, list))
         pointwise = (op_types.is_fusible(node) and not view and parent is None and isinstance(val, torch.Tensor)
                      and product is None)
-        flops = _flops(product) + _numel(val) if product is not None else _flops(node)
+        flops = _flops(product) + numel(val) if product is not None else _flops(node)
         policy = recompute_policy(node)
         scratch = scratch_bytes(node, channels_last=False, channels_last_values=from_forward)
         specs.append(StepNodeSpec(
             node.name, role, args,
-            bytes=0 if view or tuple_valued else _nbytes(val),
+            bytes=0 if view or tuple_valued else nbytes(val),
             view_of=(parent.name if parent is not None else node.all_input_nodes[0].name)
             if view and node.all_input_nodes else None,
             element_of=parent.name if parent is not None and not view else None,
@@ -206,7 +181,7 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
             recomputable=_recomputable(node, op_types),
             saveable=not tuple_valued and not isinstance(val, torch.SymFloat)
             and policy not in (CheckpointPolicy.MUST_RECOMPUTE, CheckpointPolicy.PREFER_RECOMPUTE),
-            cost=0 if view or parent is not None else (flops if flops is not None else _numel(val)),
+            cost=0 if view or parent is not None else (flops if flops is not None else numel(val)),
             available_to_backward=info.is_required_bw(node) and node not in info.tangents_closure,
             scratch=scratch,
             scratch_channels_last=scratch_bytes(node, channels_last=True) if channels_last else scratch,

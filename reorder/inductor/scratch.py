@@ -42,7 +42,7 @@ import math
 from collections.abc import Container
 from typing import Any
 
-from .joint_adapter import _hint, _nbytes
+from .fx_values import nbytes, size_hint
 
 __all__ = ["PROBE_LIMIT_BYTES", "PROBED", "scratch_bytes"]
 
@@ -100,20 +100,20 @@ def _signature(node, channels_last: bool, channels_last_values: Container = froz
         if isinstance(arg, torch.fx.Node):
             val = arg.meta.get("val")
             if isinstance(val, (int, torch.SymInt)) and not isinstance(val, bool):
-                return _hint(val)
+                return size_hint(val)
             if not isinstance(val, torch.Tensor):
                 raise _NotProbed
             if val.device.type != "cpu":
                 raise _NotProbed
-            total += _nbytes(val)
-            shape = tuple(_hint(s) for s in val.shape)
+            total += nbytes(val)
+            shape = tuple(size_hint(s) for s in val.shape)
             if val.dim() == 4 and (channels_last or arg in channels_last_values):
                 return ("tensor", shape, val.dtype, tuple(make_channels_last_strides_for(shape)))
-            return ("tensor", shape, val.dtype, tuple(_hint(s) for s in val.stride()))
+            return ("tensor", shape, val.dtype, tuple(size_hint(s) for s in val.stride()))
         if isinstance(arg, (list, tuple)):
             return tuple(encode(a) for a in arg)
         if isinstance(arg, torch.SymInt):
-            return _hint(arg)
+            return size_hint(arg)
         if isinstance(arg, (torch.SymFloat, torch.SymBool)):
             raise _NotProbed
         return arg
@@ -124,7 +124,7 @@ def _signature(node, channels_last: bool, channels_last_values: Container = froz
         return None
     out = node.meta.get("val")
     outputs = out if isinstance(out, (tuple, list)) else [out]
-    total += sum(_nbytes(t) for t in outputs)
+    total += sum(nbytes(t) for t in outputs)
     return None if total > PROBE_LIMIT_BYTES else args
 
 

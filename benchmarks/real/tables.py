@@ -1,0 +1,82 @@
+"""What every section of the real-model report shares: where the results and the documents live, Markdown
+tables (:class:`Column`, :func:`markdown`), and the largest per-graph estimate of a step.
+
+The report (:mod:`benchmarks.real.report`) assembles its sections from here and
+from the section modules (:mod:`benchmarks.real.budget_report`,
+:mod:`benchmarks.real.dynamic_report`); the runners (:mod:`benchmarks.real.run`,
+:mod:`benchmarks.real.budget`, :mod:`benchmarks.real.dynamic`) import the report,
+never the other way round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from reorder.inductor.session import OrderRecord, Record
+
+__all__ = ["DOC", "GAP", "GRAPHS", "IMAGES", "RESULTS", "ROOT", "Column", "largest_estimate", "left", "markdown",
+           "records_of", "write_between_markers"]
+
+RESULTS = Path(__file__).resolve().parent / "results"
+GRAPHS = Path(__file__).resolve().parent / "graphs" / "bench"
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "real-models.md"
+IMAGES = ROOT / "docs" / "img" / "real"
+
+
+def write_between_markers(name: str, lines: list[str], doc: Path = ROOT / "docs" / "inductor.md") -> None:
+    """Replace what stands between ``<!-- name -->`` and ``<!-- /name -->`` in ``doc`` with ``lines`` (the measured
+    tables docs/inductor.md shows)."""
+    text = doc.read_text()
+    start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+    head, rest = text.split(start, 1)
+    tail = rest.split(end, 1)[1]
+    doc.write_text(head + start + "\n" + "\n".join(lines) + "\n" + end + tail)
+
+#: Relative difference between the real peak and the largest graph estimate that asks for a decomposition.
+GAP = 0.05
+
+
+def records_of(records: Sequence[Record], kind: type, stage: str | None = None) -> list:
+    """The records of one kind (and stage) among a variant's records."""
+    return [r for r in records if isinstance(r, kind) and (stage is None or r.stage == stage)]
+
+
+def largest_estimate(records: Sequence[Record], key: str) -> int | None:
+    """The largest per-graph estimate of a step: ``key`` is ``"ours"``, ``"inductor_best"`` or ``"inductor_baseline"``.
+
+    Inductor's figures come from graphs compiled with ``compare`` (records without them are skipped).
+    """
+    values = []
+    for g in records_of(records, OrderRecord):
+        if key == "ours":
+            values.append(g.peak)
+        elif g.inductor is not None:
+            values.append(min(g.inductor.values()) if key == "inductor_best" else g.inductor["baseline"])
+    return max(values) if values else None
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a report table: its header, the cell's value from a :class:`Summary`, how to write it,
+    and its Markdown alignment (``"---:"`` right, ``"---"`` left)."""
+
+    header: str
+    cell: Callable[[Any], Any]
+    format: Callable[[Any], str] = str
+    align: str = "---:"
+
+
+def markdown(columns: Sequence[Column], rows: Sequence[Any]) -> list[str]:
+    """A Markdown table: the header line, the alignment line, one line per row."""
+    lines = ["| " + " | ".join(c.header for c in columns) + " |", "|" + "|".join(c.align for c in columns) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(c.format(c.cell(row)) for c in columns) + " |")
+    return lines
+
+
+def left(header: str, cell: Callable[[Any], Any], format: Callable[[Any], str] = str) -> Column:
+    """A left-aligned column (names, labels)."""
+    return Column(header, cell, format, "---")
