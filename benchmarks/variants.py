@@ -24,8 +24,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager
 
-from reorder.inductor.session import (CacheHitRecord, FallbackRecord, GuardRecord, HookOptions, OrderRecord,
-                                      PartitionRecord, Record, Session, SlabRecord)
+from reorder.inductor.session import (FallbackRecord, GuardRecord, HookOptions, OrderRecord, Record, Session,
+                                      SlabRecord, record_from_dict)
 
 __all__ = ["ContextFactory", "Variant", "eager", "functorch", "hooked", "load_records", "record_from_dict",
            "records_json", "stock"]
@@ -142,22 +142,6 @@ def hooked(name: str, description: str, training: bool = True, **fields) -> Vari
 def records_json(session: Session | None) -> list[dict]:
     """What a result file keeps of a session: every record's ``to_dict()`` (none without the hook)."""
     return session.to_json() if session is not None else []
-
-
-_KINDS: dict[str, type] = {cls.kind: cls for cls in (OrderRecord, SlabRecord, GuardRecord, PartitionRecord,
-                                                    FallbackRecord, CacheHitRecord)}
-
-
-def record_from_dict(data: dict) -> Record:
-    """The record a ``record.to_dict()`` (read back from JSON) came from."""
-    if data.get("kind") not in _KINDS:
-        raise ValueError(f"record kind {data.get('kind')!r}: expected one of {', '.join(_KINDS)}")
-    cls = _KINDS[data["kind"]]
-    fields = {k: v for k, v in data.items() if k != "kind"}
-    for f in dataclasses.fields(cls):
-        if str(f.type).startswith("tuple") and f.name in fields:
-            fields[f.name] = tuple(tuple(x) if isinstance(x, list) else x for x in fields[f.name])  # JSON gave lists
-    return cls(**fields)
 
 
 def load_records(result: dict) -> tuple[Record, ...]:

@@ -633,10 +633,15 @@ COMPARE_OPTIONS = {"--variants": True, "--device": True, "--out": True, "--json"
 
 
 def compare_arguments(p: argparse.ArgumentParser) -> None:
+    from .compare import VARIANTS
+
     p.add_argument("script", help="the Python file to run (as 'python SCRIPT ARGS...' would), once per variant")
     p.add_argument("script_args", nargs=argparse.REMAINDER,
                    help="arguments passed to the script (our options may follow them; after '--' all go to the script)")
-    p.add_argument("--variants", default="stock,hook,slab,guard", help="comma-separated: stock, hook, slab, guard")
+    p.add_argument("--variants", default=",".join(VARIANTS),
+                   help=f"comma-separated: {', '.join(VARIANTS)}; budget:F (use(memory_budget=F), F a fraction of "
+                        f"stock's estimated step peak in (0, 1]), budget:12MB (bytes: B, KB, MB, GB, KiB, MiB, GiB), "
+                        f"inductor-budget:F (stock with Inductor's own activation_memory_budget=F)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--out", default="compare-out", help="folder for the plot and compare.json (default: ./compare-out)")
 

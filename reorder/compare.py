@@ -26,6 +26,7 @@ tell which variant it runs under.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import json
 import os
 import subprocess
@@ -34,22 +35,116 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Sequence, TextIO
+from typing import Callable, Iterator, Sequence, TextIO
 
 from .errors import ReorderError
 from .report import Progress, format_bytes, format_table
 from .script import script_path
 
-__all__ = ["COMPARE_VARIANTS", "Comparison", "VariantRun", "align_times", "compare", "draw_comparison", "plot_comparison",
+__all__ = ["VARIANTS", "Comparison", "Variant", "parse_variants", "VariantRun", "align_times", "compare", "draw_comparison", "plot_comparison",
            "thin", "ties"]
 
-#: Each variant's hook options (None: stock ``torch.compile``, nothing of ours installed).
-COMPARE_VARIANTS: dict[str, dict | None] = {
+#: The named variants, each one's hook options (None: stock ``torch.compile``, nothing of ours installed); the
+#: command line's default, and the hook options the benchmarks' columns of the same names use.
+VARIANTS: dict[str, dict | None] = {
     "stock": None,
     "hook": {},
     "slab": {"slab": True},
     "guard": {"fusion_guard": True},
 }
+
+#: Byte units a budget may be written in.
+UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to compile the script: a name from :data:`VARIANTS`, or a budget.
+
+    ``spec`` is as written (``"slab"``, ``"budget:0.5"``, ``"budget:12MB"``,
+    ``"inductor-budget:0.5"``); ``hook``: the :class:`~reorder.inductor.HookOptions`
+    fields it installs (None: stock ``torch.compile``); ``functorch``: AOTAutograd
+    configuration it sets (Inductor's own ``activation_memory_budget``).
+    """
+
+    spec: str
+    hook: dict | None
+    functorch: tuple[tuple[str, object], ...] = ()
+
+    @classmethod
+    def parse(cls, spec: str) -> "Variant":
+        """A variant from its spec; :class:`~reorder.errors.ReorderError` (one line) naming what is wrong.
+
+        ``budget:F`` is ``use(memory_budget=F)``: a number with no unit is a
+        fraction of stock's estimated step peak, in (0, 1]; bytes take a unit
+        (``12MB``, ``1.5GiB``, ``500000B``). ``inductor-budget:F`` is stock
+        with Inductor's own ``activation_memory_budget=F``, F in [0, 1].
+        """
+        name, colon, value = spec.strip().partition(":")
+        if name in VARIANTS and not colon:
+            return cls(spec, VARIANTS[name])
+        if name == "budget" and value:
+            return cls(spec, {"memory_budget": budget_value(value, spec)})
+        if name == "inductor-budget" and value:
+            try:
+                fraction = float(value)
+            except ValueError:
+                fraction = -1.0
+            if not 0.0 <= fraction <= 1.0:
+                raise ReorderError(f"variant {spec!r}: Inductor's activation_memory_budget is a fraction in [0, 1]")
+            return cls(spec, None, (("activation_memory_budget", fraction),))
+        raise ReorderError(f"variant {spec!r}: known variants are {', '.join(VARIANTS)}, budget:FRACTION, "
+                           f"budget:BYTES (with a unit: 12MB, 1.5GiB) and inductor-budget:FRACTION")
+
+    @contextlib.contextmanager
+    def context(self) -> Iterator:
+        """The context the script runs in under this variant; it yields the hook's session, or None."""
+        from . import inductor
+
+        with contextlib.ExitStack() as stack:
+            if self.functorch:
+                from torch._functorch import config as functorch_config
+
+                stack.enter_context(functorch_config.patch(dict(self.functorch)))
+            yield None if self.hook is None else stack.enter_context(inductor.use(**self.hook))
+
+
+def budget_value(text: str, spec: str) -> int | float:
+    """``budget:``'s value: a fraction in (0, 1] without a unit, bytes (an int) with one."""
+    text = text.strip()
+    number = text.rstrip("BbKkMmGgIi")
+    unit = text[len(number):].upper()
+    try:
+        value = float(number)
+    except ValueError:
+        value = None
+    if value is None or (unit and unit not in UNITS):
+        raise ReorderError(f"variant {spec!r}: a budget is a fraction of stock's estimated step peak in (0, 1], or "
+                           f"bytes with a unit ({', '.join(u.replace('I', 'i') for u in UNITS)})")
+    if not unit:
+        if not 0.0 < value <= 1.0:
+            raise ReorderError(f"variant {spec!r}: a budget without a unit is a fraction of stock's estimated step "
+                               f"peak, in (0, 1]; write bytes with a unit (12MB, 1.5GiB)")
+        return value
+    if value * UNITS[unit] < 1:
+        raise ReorderError(f"variant {spec!r}: a budget in bytes must be at least 1 B")
+    return int(value * UNITS[unit])
+
+
+def parse_variants(text: str | Sequence[str]) -> list[Variant]:
+    """``--variants``: comma-separated specs (or a list of them), each parsed by :meth:`Variant.parse`."""
+    specs = [v.strip() for v in (text.split(",") if isinstance(text, str) else text) if v.strip()]
+    if not specs:
+        raise ReorderError(f"--variants {text!r}: name at least one variant ({', '.join(VARIANTS)}, budget:F, ...)")
+    try:
+        variants = [Variant.parse(v) for v in specs]
+    except ReorderError as exc:
+        raise ReorderError(f"--variants {','.join(specs)!r}: {exc}") from None
+    seen = [v.spec for v in variants]
+    if len(set(seen)) < len(seen):
+        raise ReorderError(f"--variants {','.join(seen)!r}: a variant is named twice")
+    return variants
+
 
 #: Points kept of each run's curve (the highest of each time bucket; the peak is always kept).
 CURVE_POINTS = 2000
@@ -243,12 +338,9 @@ def _graphs_compiled() -> int:
 
 def child_main(argv: Sequence[str] | None = None) -> int:
     """One variant's run, in its own process: ``argv`` is the spec file and the result file (JSON)."""
-    import contextlib
-
     import torch
     from torch._inductor import config
 
-    from . import inductor
     from .measure import measure
     from .script import ScriptError, run_script
 
@@ -257,8 +349,7 @@ def child_main(argv: Sequence[str] | None = None) -> int:
     variant, device = spec["variant"], spec["device"]
     os.environ["REORDER_VARIANT"] = variant
     config.force_disable_caches = True
-    options = COMPARE_VARIANTS[variant]
-    context = contextlib.nullcontext() if options is None else inductor.use(**options)
+    context = Variant.parse(variant).context()
     snapshot = None
     record_history = device == "cuda" and hasattr(torch.cuda.memory, "_record_memory_history")
     if record_history:
@@ -350,7 +441,7 @@ def and_list(words: Sequence[str]) -> str:
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
-def compare(script: str | Path, args: Sequence[str] = (), variants: Sequence[str] = tuple(COMPARE_VARIANTS),
+def compare(script: str | Path, args: Sequence[str] = (), variants: Sequence[str] = tuple(VARIANTS),
             device: str = "cpu", out: str | Path = "compare-out", progress: TextIO | None = None) -> Comparison:
     """Run ``script`` once per variant (each in a fresh process) and compare the real memory of the runs.
 
@@ -360,9 +451,7 @@ def compare(script: str | Path, args: Sequence[str] = (), variants: Sequence[str
     script fails is a run with its error, not a failure of the comparison.
     """
     script = script_path(script)
-    unknown = [v for v in variants if v not in COMPARE_VARIANTS]
-    if unknown or not variants:
-        raise ReorderError(f"--variants {','.join(variants)!r}: known variants are {', '.join(COMPARE_VARIANTS)}")
+    variants = [v.spec for v in parse_variants(variants)]
     if device not in ("cpu", "cuda"):
         raise ReorderError(f"--device {device!r}: expected cpu or cuda")
     if device == "cuda":

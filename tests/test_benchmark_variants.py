@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks import compile_overhead, fusion_guard, slab
-from benchmarks.variants import Variant, eager, hooked, load_records, record_from_dict, records_json, stock
+from benchmarks.variants import Variant, eager, hooked, load_records, records_json, stock
+from reorder.inductor.session import record_from_dict
 from reorder.errors import ReorderError
 from reorder.inductor.session import (CacheHitRecord, FallbackRecord, GuardRecord, HookOptions, OrderRecord, Session,
                                       SlabRecord)

@@ -14,7 +14,7 @@ from torch import nn
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch.utils.checkpoint import CheckpointPolicy
 
-from benchmarks.variants import record_from_dict
+from reorder.inductor.session import record_from_dict
 from reorder import inductor as hook
 from reorder.errors import ReorderError
 from reorder.inductor import BudgetPartitioner, HookOptions, PartitionRecord

@@ -12,7 +12,9 @@ import pytest
 from reorder import compare as compare_module
 from reorder.cli import COMPARE_OPTIONS, main, parse_arguments
 from reorder.script import split_script_args
-from reorder.compare import Comparison, VariantRun, _sentence, _step_peak, align_times, draw_comparison, thin, ties
+from reorder.compare import (Comparison, Variant, VariantRun, _sentence, _step_peak, align_times, draw_comparison,
+                             parse_variants, thin, ties)
+from reorder.inductor.session import HookOptions
 from reorder.errors import ReorderError
 
 from helpers import ROOT
@@ -137,6 +139,50 @@ def test_the_plot_draws_tied_variants_as_one_named_line_and_every_line_to_the_en
         plt.close(fig)
 
 
+@pytest.mark.parametrize("spec, hook, functorch", [
+    ("stock", None, ()), ("slab", {"slab": True}, ()), ("budget:0.5", {"memory_budget": 0.5}, ()),
+    ("budget:1", {"memory_budget": 1.0}, ()), ("budget:12MB", {"memory_budget": 12_000_000}, ()),
+    ("budget:1.5MiB", {"memory_budget": 1_572_864}, ()), ("budget:4096B", {"memory_budget": 4096}, ()),
+    ("inductor-budget:0", None, (("activation_memory_budget", 0.0),)),
+])
+def test_variant_specs_name_hook_options_or_inductors_own_budget(spec, hook, functorch):
+    variant = Variant.parse(spec)
+    assert (variant.spec, variant.hook, variant.functorch) == (spec, hook, functorch)
+    if hook is not None:
+        HookOptions(**hook)  # every spec's options are valid hook options
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("budget:2", "a budget without a unit is a fraction of stock's estimated step peak, in (0, 1]"),
+    ("budget:0", "a budget without a unit is a fraction"),
+    ("budget:12XB", "or bytes with a unit (B, KB, MB, GB, KiB, MiB, GiB)"),
+    ("budget:0.1B", "a budget in bytes must be at least 1 B"),
+    ("inductor-budget:1.5", "Inductor's activation_memory_budget is a fraction in [0, 1]"),
+    ("budget", "known variants are"),
+])
+def test_bad_variant_specs_are_one_line_naming_the_spec(spec, message):
+    with pytest.raises(ReorderError) as caught:
+        parse_variants(f"stock,{spec}")
+    assert str(caught.value).startswith(f"--variants 'stock,{spec}': variant {spec!r}: ")
+    assert message in str(caught.value)
+
+
+def test_a_variant_named_twice_is_refused():
+    with pytest.raises(ReorderError, match="named twice"):
+        parse_variants("stock,budget:0.5,budget:0.5")
+
+
+def test_a_variants_context_sets_inductors_budget_and_puts_it_back():
+    from torch._functorch import config as functorch_config
+
+    before = functorch_config.activation_memory_budget
+    with Variant.parse("inductor-budget:0.25").context() as session:
+        assert session is None and functorch_config.activation_memory_budget == 0.25
+    assert functorch_config.activation_memory_budget == before
+    with Variant.parse("budget:0.5").context() as session:
+        assert session.options.memory_budget == 0.5
+
+
 def test_step_peak_is_measured_above_the_live_bytes_where_the_step_starts():
     curve = [(0.0, 100), (1.0, 300), (2.0, 150), (3.0, 400), (4.0, 160)]
     assert _step_peak(curve, 2.5) == 400 - 150
@@ -198,7 +244,9 @@ def test_unknown_variant_is_one_line_and_exit_2(tmp_path):
     script.write_text("pass\n")
     done = _reorder("compare", str(script), "--variants", "stock,fast", cwd=tmp_path)
     assert done.returncode == 2
-    assert done.stderr.strip() == "reorder: error: --variants 'stock,fast': known variants are stock, hook, slab, guard"
+    assert done.stderr.strip() == ("reorder: error: --variants 'stock,fast': variant 'fast': known variants are stock, "
+                                   "hook, slab, guard, budget:FRACTION, budget:BYTES (with a unit: 12MB, 1.5GiB) and "
+                                   "inductor-budget:FRACTION")
 
 
 TRAINING_SCRIPT = textwrap.dedent('''
@@ -232,12 +280,14 @@ def test_compare_runs_every_variant_in_its_own_process_and_reports_failures_as_r
         "torch.nn.ReLU(), torch.nn.Linear(512, 256))\n")
     (tmp_path / "train.py").write_text(TRAINING_SCRIPT)
     out = tmp_path / "out"
-    done = _reorder("compare", "train.py", "2", "--variants", "stock,slab,guard", "--out", str(out), "--json",
-                    cwd=tmp_path)
+    done = _reorder("compare", "train.py", "2", "--variants", "stock,slab,guard,budget:0.5", "--out", str(out),
+                    "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     runs = {r["variant"]: r for r in data["runs"]}
-    assert list(runs) == ["stock", "slab", "guard"]
+    assert list(runs) == ["stock", "slab", "guard", "budget:0.5"]
+    assert runs["budget:0.5"]["error"] is None and runs["budget:0.5"]["fallbacks"] == []
+    assert runs["budget:0.5"]["graphs"] >= 3
     assert data["reference"] == "stock"
     assert runs["guard"]["error"].startswith("train.py raised RuntimeError: this script refuses the guard (line 10 of ")
     for name in ("stock", "slab"):

@@ -12,7 +12,7 @@ from helpers import assert_close_to_eager
 from reorder import inductor as hook
 from reorder.errors import ReorderError
 from reorder.inductor.fusion_guard import FusionGuard
-from reorder.inductor.session import Session
+from reorder.inductor.session import HookOptions, Session
 from reorder.measure import measure
 
 
@@ -21,8 +21,9 @@ def test_uuid_changes_with_the_guards_options_and_enters_inductors_cache_key():
 
     base = FusionGuard().uuid()
     assert FusionGuard().uuid() == base
-    assert len({base, FusionGuard(slack_bytes=4096).uuid(), FusionGuard(slack_fraction=0.05).uuid(),
-                FusionGuard(max_work=10).uuid(), FusionGuard(hold_unfused_peak=True).uuid()}) == 5
+    assert len({base, FusionGuard(HookOptions(fusion_slack_bytes=4096)).uuid(),
+                FusionGuard(HookOptions(fusion_slack_fraction=0.05)).uuid(), FusionGuard(max_work=10).uuid(),
+                FusionGuard(HookOptions(memory_budget=0.5)).uuid()}) == 5
     assert config.inductor_choices_class is None
     keys = []
     for slack in (0, 4096):
@@ -31,7 +32,7 @@ def test_uuid_changes_with_the_guards_options_and_enters_inductors_cache_key():
             assert isinstance(guard, FusionGuard) and guard.slack_bytes == slack
             assert guard.session_token == session.token
             keys.append(config.save_config_portable()["inductor_choices_class"])
-    assert keys == [FusionGuard().uuid(), FusionGuard(slack_bytes=4096).uuid()]
+    assert keys == [FusionGuard().uuid(), FusionGuard(HookOptions(fusion_slack_bytes=4096)).uuid()]
     assert config.inductor_choices_class is None  # restored exactly
 
 
@@ -147,7 +148,8 @@ def test_rises_within_the_slack_add_up_unless_the_unfused_peak_is_held(hold, all
 
     graph = accumulation(4)
     scheduler = FakeScheduler(graph.node_names)
-    guard = FusionGuard(slack_bytes=MB, slack_fraction=0.0, hold_unfused_peak=hold)
+    options = HookOptions(fusion_slack_bytes=MB, fusion_slack_fraction=0.0, memory_budget=0.5 if hold else None)
+    guard = FusionGuard(options)
     view = guard._view = _SchedulerView(scheduler)
     view.base, view.base_of_op = graph, {name: v for v, name in enumerate(graph.node_names)}
     view.rank = list(range(graph.num_nodes))  # the unfused peak (3 MB) the guard finds itself

@@ -12,6 +12,7 @@ from helpers import assert_close_to_eager, tiny_model as tiny
 from reorder import inductor as hook
 from reorder.errors import SlabCheckError
 from reorder.inductor import slab
+from reorder.inductor.reorder_pass import compiling_session
 from reorder.inductor.session import FallbackRecord, HookOptions, Session, SlabRecord
 from reorder.inductor.slab_check import slab_claim, slab_open, slab_release
 from reorder.planning import SearchedOffsets, SlabPlan, pools
@@ -99,18 +100,18 @@ def test_slab_installs_in_two_threads_plan_for_their_own_sessions_and_restore_th
 
     def thread_a():
         with hook.use(slab=True) as session:
-            seen["a"] = (session, slab.compiling_session())
+            seen["a"] = (session, compiling_session())
             a_in.set()
             b_in.wait()
         a_out.set()
 
     def thread_b():
         a_in.wait()
-        seen["b before"] = slab.compiling_session()  # A's install is not B's: B's compiles plan nothing
+        seen["b before"] = compiling_session()  # A's install is not B's: B's compiles plan nothing
         with hook.use(slab=True, poison=True) as session:
             b_in.set()
             a_out.wait()  # A leaves first, B still inside
-            seen["b"] = (session, slab.compiling_session())
+            seen["b"] = (session, compiling_session())
             seen["patched while B is in"] = vars(PythonWrapperCodegen)["run_wrapper_ir_passes"] is not original
 
     threads = [threading.Thread(target=thread_a, daemon=True), threading.Thread(target=thread_b, daemon=True)]

@@ -6,20 +6,22 @@ run (:mod:`benchmarks.real.run`) and the report read them all alike.
 
 from __future__ import annotations
 
+from reorder.compare import VARIANTS as NAMED
+
 from ..variants import Variant, eager, hooked, stock
 
 __all__ = ["HOOK", "NO_LAYOUT_OPTIMIZATION", "VARIANTS", "Variant"]
 
 #: Our order, with Inductor's own methods compared on every graph (the report's estimates come from its records).
-HOOK = hooked("hook", "torch.compile with reorder.inductor.use(compare=True)", compare=True)
+HOOK = hooked("hook", "torch.compile with reorder.inductor.use(compare=True)", compare=True, **NAMED["hook"])
 
 VARIANTS: tuple[Variant, ...] = (
     eager(),
     stock(),
     HOOK,
-    hooked("slab", "torch.compile with reorder.inductor.use(slab=True): our order and our pools", slab=True),
+    hooked("slab", "torch.compile with reorder.inductor.use(slab=True): our order and our pools", **NAMED["slab"]),
     hooked("guard", "torch.compile with reorder.inductor.use(fusion_guard=True): our order and our fusion guard",
-           fusion_guard=True),
+           **NAMED["guard"]),
     stock("memory_planning", "torch.compile with Inductor's config.memory_planning=True (its own pools)",
           training=False, memory_planning=True),
 )

@@ -55,8 +55,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
-import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -84,10 +82,6 @@ class RegionPlan:
     peaks: dict[str, int] = field(default_factory=dict)
 
 
-_plans: weakref.WeakKeyDictionary[Session, dict[str, RegionPlan]] = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
-
-
 def region_of(graph_name: str) -> tuple[str, str] | None:
     """``("model__0", "backward")`` for ``"model__0_backward_3"``: the region and which of its graphs; None for
     a name AOTAutograd did not give."""
@@ -101,8 +95,7 @@ def expect_region(session: Session, joint_name: str, plan: RegionPlan) -> None:
     """Remember ``plan`` for the forward and backward that the joint graph ``joint_name`` is partitioned into."""
     region = region_of(joint_name)
     if region is not None:
-        with _lock:
-            _plans.setdefault(session, {})[region[0]] = plan
+        session.plan_region(region[0], plan)
 
 
 def allocated_peak(graph: Graph, order: Sequence[int], generated: Sequence[bool], free_inputs: frozenset[str],
@@ -220,8 +213,7 @@ def _planned_graph(session: Session | None, graph_name: str) -> tuple[RegionPlan
     region = region_of(graph_name)
     if session is None or region is None or region[1] == "joint":
         return None
-    with _lock:
-        plan = _plans.get(session, {}).get(region[0])
+    plan = session.region_plan(region[0])
     return None if plan is None else (plan, region[1])
 
 

@@ -61,7 +61,7 @@ Inductor builds its choices object from ``config.inductor_choices_class``
 (:func:`choices_factory`: a new guard each time, one per thread, since
 Inductor keeps one per thread) and deep-copies and pickles its
 configuration; the guard therefore holds its session's token, never the
-session.
+session (:class:`~reorder.inductor.session.SessionBound`).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ from ..fusion import (CONFIRM_METHODS, PeakProfile, fused_graph, fusion_peak, ra
                       should_block)
 from ..schedulers import reorder_for_peak_memory
 from .adapter import graph_being_compiled, graph_from_scheduler
-from .session import GuardRecord, Session, source_hash
+from .session import GuardRecord, HookOptions, Session, SessionBound, source_hash
 
 __all__ = ["FusionGuard", "choices_factory", "finish_guard", "forget_cached_choices", "users_choices_handler"]
 
@@ -159,44 +159,58 @@ class _SchedulerView:
         return self.base.num_nodes + self.base.num_edges
 
 
-class FusionGuard(_inductor_choices_base()):
+class FusionGuard(_inductor_choices_base(), SessionBound):
     """Inductor's choices, except that a fusion raising the estimated peak by more than the slack is refused.
 
     Parameters
     ----------
-    slack_bytes, slack_fraction: a fusion is blocked only when the peak rises
-        by more than ``slack_bytes`` and by more than ``slack_fraction`` of the
-        current peak (default 1%: a rise of a few hundred bytes on a peak of
-        megabytes is below what the estimate can promise, and blocking it
-        costs a kernel).
-    hold_unfused_peak: also block every rise above the unfused list's peak
-        plus the slack, however small (see the module docstring).
+    options: the hook's :class:`~reorder.inductor.session.HookOptions`; the
+        guard reads ``fusion_slack_bytes`` and ``fusion_slack_fraction`` (a
+        fusion is blocked only when the peak rises by more than both: a rise
+        of a few hundred bytes on a peak of megabytes is below what the
+        estimate can promise, and blocking it costs a kernel) and, with a
+        ``memory_budget``, also blocks every rise above the unfused list's
+        peak plus the slack, however small (``hold_unfused_peak``; see the
+        module docstring).
+    session: the :class:`~reorder.inductor.session.Session` that gets one
+        :class:`~reorder.inductor.session.GuardRecord` per graph (None: none is kept).
     max_work: the guard's effort per graph, in window steps and rebuilt
         nodes (see :func:`reorder.fusion.fusion_peak`); past it every fusion
         is allowed, as stock.
-    session: the :class:`~reorder.inductor.session.Session` that gets one
-        :class:`~reorder.inductor.session.GuardRecord` per graph (None: none is kept).
+
+    Copies and pickles carry the options and the session's token only
+    (:class:`~reorder.inductor.session.SessionBound`): the state of a graph
+    being compiled does not go along, and neither does the session.
     """
 
-    def __init__(self, slack_bytes: int = 0, slack_fraction: float = 0.01, max_work: int = MAX_WORK,
-                 session: Session | None = None, hold_unfused_peak: bool = False):
+    pickled_with_session = True
+    transient = ("_view", "_warned")
+
+    def __init__(self, options: HookOptions | None = None, session: Session | None = None, max_work: int = MAX_WORK):
         super().__init__()
-        if slack_bytes < 0 or slack_fraction < 0 or max_work < 0:
-            raise ReorderError(f"fusion guard: slack_bytes={slack_bytes!r}, slack_fraction={slack_fraction!r} and "
-                               f"max_work={max_work!r} must all be >= 0")
-        self.slack_bytes = int(slack_bytes)
-        self.slack_fraction = float(slack_fraction)
-        self.max_work = int(max_work)
-        self.hold_unfused_peak = bool(hold_unfused_peak)
-        self.session_token = session.token if session is not None else None
+        if isinstance(max_work, bool) or not isinstance(max_work, int) or max_work < 0:
+            raise ReorderError(f"fusion guard: max_work={max_work!r} must be an int >= 0")
+        self.options = options if options is not None else HookOptions()
+        self.max_work = max_work
+        self.bind(session)
+        self.fresh()
+
+    def fresh(self) -> None:
         self._view: _SchedulerView | None = None
         self._warned = False
 
-    def __reduce__(self):
-        """Copies and pickles carry the options and the session's token only: the state of a graph being
-        compiled must not go along, and neither must the session (see the module docstring)."""
-        return (_guard_of, (self.session_token, self.slack_bytes, self.slack_fraction, self.max_work,
-                            self.hold_unfused_peak))
+    @property
+    def slack_bytes(self) -> int:
+        return self.options.fusion_slack_bytes
+
+    @property
+    def slack_fraction(self) -> float:
+        return float(self.options.fusion_slack_fraction)
+
+    @property
+    def hold_unfused_peak(self) -> bool:
+        """Under a memory budget: no fusion may rise above the unfused list's peak plus the slack."""
+        return self.options.memory_budget is not None
 
     def uuid(self) -> str:
         """Stable across processes: our sources and the options that change which fusions happen."""
@@ -298,23 +312,24 @@ class FusionGuard(_inductor_choices_base()):
             view = _SchedulerView(scheduler)
         self._view = None
         record = view.record(graph)
-        session = Session.find(self.session_token)
+        session = self.session
         if session is not None:
             session.add(record)
         return record
 
 
-def _guard_of(session_token: int | None, slack_bytes: int, slack_fraction: float, max_work: int,
-              hold_unfused_peak: bool = False) -> FusionGuard:
-    guard = FusionGuard(slack_bytes, slack_fraction, max_work, hold_unfused_peak=hold_unfused_peak)
+def guard_for(options: HookOptions, session_token: int | None, max_work: int = MAX_WORK) -> FusionGuard:
+    """A new guard with ``options``, recording into the session with ``session_token`` (None: nowhere)."""
+    guard = FusionGuard(options, max_work=max_work)
     guard.session_token = session_token
     return guard
 
 
-def choices_factory(session: Session, slack_bytes: int, slack_fraction: float, hold_unfused_peak: bool = False):
-    """A picklable factory for ``config.inductor_choices_class``: a new guard recording into ``session``
-    (Inductor calls it once per thread, and once more to put the guard's ``uuid()`` in its cache key)."""
-    return functools.partial(_guard_of, session.token, slack_bytes, slack_fraction, MAX_WORK, hold_unfused_peak)
+def choices_factory(session: Session):
+    """A picklable factory for ``config.inductor_choices_class``: a new guard with the session's options,
+    recording into it (Inductor calls it once per thread, and once more to put the guard's ``uuid()`` in its
+    cache key)."""
+    return functools.partial(guard_for, session.options, session.token)
 
 
 def finish_guard(session_token: int, graph: str) -> None:

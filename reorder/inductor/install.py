@@ -111,9 +111,7 @@ def install(options: HookOptions | None = None, **fields) -> Session:
             log.info("reorder: Inductor's caches are off while capturing (a cache hit would skip the pass)")
         config.force_disable_caches = True
     if guard:
-        config.inductor_choices_class = choices_factory(session, options.fusion_slack_bytes,
-                                                        options.fusion_slack_fraction,
-                                                        hold_unfused_peak=options.memory_budget is not None)
+        config.inductor_choices_class = choices_factory(session)
         forget_cached_choices()
     if options.memory_budget is not None:
         config.custom_partitioner_fn = BudgetPartitioner(session)

@@ -52,7 +52,7 @@ from ..budget.step_peak import donated_values, free_values, programs_of, step_pe
 from .adapter import graph_being_compiled
 from .compiled_budget import RegionPlan, expect_region
 from .joint_adapter import recompute_policy, saved_names, step_graph_from_joint
-from .session import FallbackRecord, HookOptions, PartitionRecord, Session, source_hash
+from .session import FallbackRecord, PartitionRecord, Session, SessionBound, source_hash
 
 __all__ = ["INDUCTOR_BUDGETS", "BudgetPartitioner"]
 
@@ -70,27 +70,17 @@ def _custom_partitioner_base():
     return CustomPartitionerFn
 
 
-class BudgetPartitioner(_custom_partitioner_base()):
+class BudgetPartitioner(_custom_partitioner_base(), SessionBound):
     """Inductor's partitioner hook: the cheapest partition whose estimated step peak fits ``memory_budget``.
 
     Holds its session's token, not the session (Inductor deep-copies and
     pickles its configuration): a deep copy records into the same session, a
-    pickle carries only the options (see :class:`~reorder.inductor.reorder_pass.ReorderPass`).
+    pickle carries only the options (:class:`~reorder.inductor.session.SessionBound`).
     """
 
     def __init__(self, session: Session):
         self.options = session.options
-        self.session_token = session.token
-
-    @property
-    def session(self) -> Session | None:
-        return Session.find(self.session_token)
-
-    def __deepcopy__(self, memo: dict) -> BudgetPartitioner:
-        return _partitioner(self.options, self.session_token)
-
-    def __reduce__(self):
-        return (_partitioner, (self.options, None))
+        self.bind(session)
 
     def uuid(self) -> str:
         """Our sources and the options: a different budget is a different partition, so another cache entry."""
@@ -242,9 +232,4 @@ def _min_cut_with_policies(gm, joint_inputs, kwargs: dict, graph, partition) -> 
                 node.meta.pop("recompute", None)
 
 
-def _partitioner(options: HookOptions, token: int | None) -> BudgetPartitioner:
-    """A partitioner with these options recording into the session with ``token`` (None: nowhere)."""
-    made = BudgetPartitioner.__new__(BudgetPartitioner)
-    made.options, made.session_token = options, token
-    return made
 

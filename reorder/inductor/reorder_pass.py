@@ -22,7 +22,6 @@ in the chosen order. Its promises to the user whose compile it runs in:
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from dataclasses import dataclass, field
@@ -37,9 +36,9 @@ from .capture import write_capture
 from .compiled_budget import CompiledReplay, check_compiled, replay_of_nodes
 from .figures import INDUCTOR_METHODS, inductor_figures
 from .fusion_guard import finish_guard
-from .session import FallbackRecord, HookOptions, OrderRecord, Session, source_hash
+from .session import FallbackRecord, OrderRecord, Session, SessionBound, source_hash
 
-__all__ = ["OrderChoice", "ReorderPass", "choose_order"]
+__all__ = ["OrderChoice", "ReorderPass", "choose_order", "compiling_session"]
 
 log = logging.getLogger("reorder")
 
@@ -62,7 +61,7 @@ def inductor_reorder(nodes: list) -> list:
                                           OrderedSet(V.graph.get_output_names()))
 
 
-class ReorderPass(_custom_scheduler_pass_base()):
+class ReorderPass(_custom_scheduler_pass_base(), SessionBound):
     """Inductor post-fusion pass: the scheduler's nodes in the order with the lowest peak memory.
 
     Parameters
@@ -73,7 +72,8 @@ class ReorderPass(_custom_scheduler_pass_base()):
         :class:`~reorder.inductor.session.FallbackRecord` with ``stage="order"``).
         The pass holds the session's token, not the session: Inductor deep-copies
         and pickles its configuration, and the session stays out of it (a deep
-        copy keeps the token, a pickle drops it: see :meth:`__reduce__`).
+        copy keeps the token, a pickle drops it: see
+        :class:`~reorder.inductor.session.SessionBound`).
     previous: a post-fusion pass the user had already set; it runs first, ours on its result.
     inductor_fallback: on a failure of ours, run Inductor's ``reorder_for_peak_memory``
         (set when Inductor's own pass was switched off for ours).
@@ -86,26 +86,9 @@ class ReorderPass(_custom_scheduler_pass_base()):
 
     def __init__(self, session: Session, previous=None, inductor_fallback: bool = False):
         self.options = session.options
-        self.session_token = session.token
         self.previous = previous
         self.inductor_fallback = inductor_fallback
-
-    @property
-    def session(self) -> Session | None:
-        """The live session this pass records into (None once it was uninstalled, or in a pickled copy)."""
-        return Session.find(self.session_token)
-
-    def __deepcopy__(self, memo: dict) -> ReorderPass:
-        """Inductor deep-copies its configuration and compiles a backward graph with the copy it took at the
-        forward's compile: the copy records into the same session."""
-        clone = _pass_without_session(self.options, copy.deepcopy(self.previous, memo), self.inductor_fallback)
-        clone.session_token = self.session_token
-        return clone
-
-    def __reduce__(self):
-        """A pickle carries what changes the result, not the session's token: Inductor hashes the pickled pass
-        into its FX graph cache key, and the same options must give the same key in every session."""
-        return (_pass_without_session, (self.options, self.previous, self.inductor_fallback))
+        self.bind(session)
 
     def uuid(self) -> str:
         """Stable across processes: our sources, the options that change the result, and the previous pass's uuid."""
@@ -202,6 +185,17 @@ class ReorderPass(_custom_scheduler_pass_base()):
         return record, order, real_graph, choice.unmoved if choice else None, replay
 
 
+def compiling_session() -> Session | None:
+    """The session of the compile running now, the one way any of our hooks finds it from inside a compile: the
+    session our pass in the compile's own Inductor configuration records into. Inductor hands each compile its
+    configuration (also a backward compiled lazily in another thread), so concurrent sessions in other threads
+    never mix; None when our pass is not in it."""
+    from torch._inductor import config
+
+    ours = config._post_fusion_custom_pass
+    return ours.session if isinstance(ours, ReorderPass) else None
+
+
 def sizes_record(graph: Graph, result: ReorderResult, order: Sequence[int]) -> dict[str, dict] | None:
     """For a graph with size symbols: at each evaluation point, its symbol values, the estimated peak of the
     order kept (``peak``) and of Inductor's own (``inductor``); None for a graph of constant sizes."""
@@ -211,14 +205,6 @@ def sizes_record(graph: Graph, result: ReorderResult, order: Sequence[int]) -> d
                             list(result.points.items()))
     return {label: {"point": point, "peak": table[label]["ours"], "inductor": table[label]["inductor"]}
             for label, point in result.points.items()}
-
-
-def _pass_without_session(options: HookOptions, previous, inductor_fallback: bool) -> ReorderPass:
-    """A pass with these options that records nowhere (what a pickled pass becomes)."""
-    unpickled = ReorderPass.__new__(ReorderPass)
-    unpickled.options, unpickled.session_token = options, None
-    unpickled.previous, unpickled.inductor_fallback = previous, inductor_fallback
-    return unpickled
 
 
 @dataclass(frozen=True)

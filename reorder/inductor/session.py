@@ -21,14 +21,17 @@ nested in another) each see their own compiles. Records are frozen
 dataclasses; ``record.to_dict()`` gives the JSON object the CLI and the
 benchmarks write, with ``"kind"`` naming the record type.
 
-Inductor deep-copies and pickles its configuration, which holds our pass and
-our guard's factory; they therefore hold a session's :attr:`Session.token`,
-not the session, and find it with :meth:`Session.find` in a registry of
-live sessions that holds them weakly.
+Inductor deep-copies and pickles its configuration, which holds our pass,
+our partitioner and our guard's factory; they are :class:`SessionBound`: they
+hold a session's :attr:`Session.token`, not the session, and find it with
+:meth:`Session.find` in a registry of live sessions that holds them weakly.
+What a compile learns for a later one (a budgeted region's plan, read when its
+forward and backward are ordered) the session holds too (:meth:`Session.plan_region`).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -44,7 +47,7 @@ from ..errors import ReorderError
 from ..report import format_bytes, format_table
 
 __all__ = ["CacheHitRecord", "FallbackRecord", "GuardRecord", "HookOptions", "OrderRecord", "PartitionRecord", "Record",
-           "Session", "SlabRecord", "source_hash"]
+           "Session", "SessionBound", "SlabRecord", "record_from_dict", "source_hash"]
 
 
 #: The summary of a session in which nothing was compiled, and the usual reason for it.
@@ -424,6 +427,25 @@ class CacheHitRecord(_Record):
 Record = Union[OrderRecord, SlabRecord, GuardRecord, PartitionRecord, FallbackRecord, CacheHitRecord]
 
 
+_KINDS: dict[str, type] = {cls.kind: cls for cls in (OrderRecord, SlabRecord, GuardRecord, PartitionRecord,
+                                                    FallbackRecord, CacheHitRecord)}
+
+
+def record_from_dict(data: dict) -> Record:
+    """The record a ``record.to_dict()`` came from, read back from JSON (its lists become the record's tuples).
+
+    Raises ValueError for a ``"kind"`` that names no record type.
+    """
+    if data.get("kind") not in _KINDS:
+        raise ValueError(f"record kind {data.get('kind')!r}: expected one of {', '.join(_KINDS)}")
+    cls = _KINDS[data["kind"]]
+    fields = {k: v for k, v in data.items() if k != "kind"}
+    for f in dataclasses.fields(cls):
+        if str(f.type).startswith("tuple") and f.name in fields:
+            fields[f.name] = tuple(tuple(x) if isinstance(x, list) else x for x in fields[f.name])  # JSON gave lists
+    return cls(**fields)
+
+
 #: Sessions that passes and guards can still record into, by token (held weakly: a session nobody holds goes).
 _live: weakref.WeakValueDictionary[int, Session] = weakref.WeakValueDictionary()
 _tokens = itertools.count(1)
@@ -442,9 +464,21 @@ class Session:
         self.options = options if options is not None else HookOptions()
         self.token = next(_tokens)
         self._records: list[Record] = []
+        self._regions: dict[str, object] = {}
         self._lock = threading.Lock()
         self._cache_hits_seen: int | None = None
         _live[self.token] = self
+
+    def plan_region(self, region: str, plan: object) -> None:
+        """Remember what the partition of compiled region ``region`` (``"model__0"``) planned, for the check of
+        the forward and backward Inductor compiles from it (:mod:`~reorder.inductor.compiled_budget`)."""
+        with self._lock:
+            self._regions[region] = plan
+
+    def region_plan(self, region: str) -> object | None:
+        """The plan :meth:`plan_region` remembered for ``region``, or None."""
+        with self._lock:
+            return self._regions.get(region)
 
     @staticmethod
     def find(token: int | None) -> Session | None:
@@ -593,6 +627,62 @@ class Session:
         if not lines:
             lines.append(NOTHING_COMPILED)
         return "\n".join(lines)
+
+
+class SessionBound:
+    """An object of ours that Inductor keeps in its configuration (the reorder pass, the budget partitioner, the
+    fusion guard) and that records into one :class:`Session`.
+
+    It holds the session's :attr:`~Session.token`, never the session, and
+    finds the session through it (:attr:`session`). Inductor deep-copies its
+    configuration and compiles a backward with the copy it took at the
+    forward's compile: a copy records into the same session. Inductor also
+    pickles its configuration into its FX graph cache key: a pickle carries
+    the object's options and not the token (the same options give the same key
+    in every session), unless the class sets ``pickled_with_session`` (the
+    guard: Inductor keys its cache by the guard's ``uuid()``, not its pickle).
+    State of one compile that a copy must not share is named in
+    ``transient`` and starts anew in every copy (:meth:`fresh`).
+    """
+
+    session_token: int | None = None
+    pickled_with_session: bool = False
+    transient: tuple[str, ...] = ()
+
+    @property
+    def session(self) -> Session | None:
+        """The live session this object records into (None once it was closed, or in a pickled copy)."""
+        return Session.find(self.session_token)
+
+    def bind(self, session: Session | None) -> None:
+        """Record into ``session`` from now on (None: nowhere)."""
+        self.session_token = session.token if session is not None else None
+
+    def fresh(self) -> None:
+        """Set the ``transient`` state as a new object has it (nothing by default)."""
+
+    def carried(self) -> dict:
+        """What a copy or a pickle carries: the object's attributes but the token and the transient state."""
+        return {k: v for k, v in vars(self).items() if k != "session_token" and k not in self.transient}
+
+    def __copy__(self):
+        return rebuilt(type(self), self.carried(), self.session_token)
+
+    def __deepcopy__(self, memo: dict):
+        return rebuilt(type(self), copy.deepcopy(self.carried(), memo), self.session_token)
+
+    def __reduce__(self):
+        return (rebuilt, (type(self), self.carried(), self.session_token if self.pickled_with_session else None))
+
+
+def rebuilt(cls: type, state: dict, token: int | None):
+    """A :class:`SessionBound` of ``cls`` with ``state``, recording into the session with ``token`` (what a copy
+    or an unpickled object becomes)."""
+    made = cls.__new__(cls)
+    made.__dict__.update(state)
+    made.session_token = token
+    made.fresh()
+    return made
 
 
 def partition_line(r: PartitionRecord) -> str:

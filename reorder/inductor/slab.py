@@ -77,10 +77,10 @@ from ..planning.pools import ALIGNMENT, PACK_SECONDS_CAP, BufferGroup, GroupKind
 from ..planning.symbolic import StackedPlan, stack
 from ..sizes import size_expression
 from .adapter import symbol_ranges
-from .reorder_pass import graph_being_compiled
-from .session import FallbackRecord, Session, SlabRecord, sized
+from .reorder_pass import compiling_session, graph_being_compiled
+from .session import FallbackRecord, SlabRecord, sized
 
-__all__ = ["SlabPlanner", "compiling_session", "install_codegen", "is_foreign_call", "plan_slab", "slab_record",
+__all__ = ["SlabPlanner", "install_codegen", "is_foreign_call", "plan_slab", "slab_record",
            "uninstall_codegen"]
 
 log = logging.getLogger("reorder")
@@ -382,21 +382,11 @@ def slab_record(graph: str, layout: PoolLayout) -> SlabRecord:
                       stacked=sum(isinstance(p.plan, StackedPlan) for p in layout.pools))
 
 
-def compiling_session() -> Session | None:
-    """The session whose compile is running, if it asked for the slab: the one our pass in the compile's own
-    Inductor configuration records into (Inductor hands a compile its configuration, also a lazily compiled
-    backward in another thread), so concurrent sessions in other threads never mix."""
-    from torch._inductor import config
-
-    session = getattr(config._post_fusion_custom_pass, "session", None)
-    return session if isinstance(session, Session) and session.options.slab else None
-
-
 def plan_slab(wrapper, previous, is_inference: bool) -> None:
     """``run_wrapper_ir_passes`` with our pools for the compiling session; Inductor's own without one or on a
     fallback (recorded, with a WARNING naming the graph and the reason)."""
     session = compiling_session()
-    if session is None:
+    if session is None or not session.options.slab:
         return previous(wrapper, is_inference)
     name = graph_being_compiled()
     poison = session.options.poison
@@ -431,7 +421,8 @@ def install_codegen() -> None:
     """Patch ``PythonWrapperCodegen.run_wrapper_ir_passes`` (once per process, counted) with :func:`plan_slab`.
 
     The class is shared by every thread, so the patch is too; which session a
-    graph's pools are planned for is decided per compile (:func:`compiling_session`).
+    graph's pools are planned for is decided per compile
+    (:func:`~reorder.inductor.reorder_pass.compiling_session`).
     """
     cls = wrapper_codegen.PythonWrapperCodegen
     with _patch_lock:
