@@ -194,7 +194,7 @@ def test_the_guard_brings_an_accumulation_down_to_eagers_peak():
     assert_close_to_eager(out, expected, "output")
     assert eager_peak == 3 << 20
     assert peak <= eager_peak * 1.05
-    # Stock Inductor fuses the whole chain (12 MiB, see docs/inductor.md); the guard stops at pairs.
+    # Stock Inductor fuses the whole chain (12 MiB, see docs/measured.md); the guard stops at pairs.
     assert len(guards) == 1 and len(guards[0].blocked) >= 5 and all(b["bytes"] > 0 for b in guards[0].blocked)
 
 

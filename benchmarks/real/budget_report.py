@@ -302,7 +302,7 @@ def budget_rows(folder: Path = BUDGETS) -> list[BudgetRow]:
 
 
 def inductor_table(folder: Path = BUDGETS) -> list[str]:
-    """The table docs/inductor.md shows: the section's summary, one line per training row."""
+    """The table docs/measured.md shows: the section's summary, one line per training row."""
     rows = budget_rows(folder)
     return ["Measured with `python -m benchmarks.real.budget` (docs/real-models.md has each row's fractions, "
             "step times and a plot): the training step of every bench-size row, real peaks from the allocator's "

@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         run_rows(cases, RESULTS, run_dynamic_case, args.again)
     write_report(BENCH_RESULTS / "bench")
     write_between_markers("dynamic-table", inductor_table())
-    print(f"dynamic section in {DOC.name} and its table in inductor.md: {len(cached_rows())} rows", file=sys.stderr)
+    print(f"dynamic section in {DOC.name} and its table in measured.md: {len(cached_rows())} rows", file=sys.stderr)
     return 0
 
 

@@ -1,5 +1,5 @@
 """The dynamic-shapes section of the real-model report (docs/real-models.md) and its condensed table in
-docs/inductor.md, from the rows :mod:`benchmarks.real.dynamic` cached: real peaks per size, a plot per row."""
+docs/measured.md, from the rows :mod:`benchmarks.real.dynamic` cached: real peaks per size, a plot per row."""
 
 from __future__ import annotations
 
@@ -141,7 +141,7 @@ def dynamic_section() -> list[str]:
 
 
 def inductor_table() -> list[str]:
-    """The condensed table docs/inductor.md shows: per row, the slab against stock and against the slab compiled
+    """The condensed table docs/measured.md shows: per row, the slab against stock and against the slab compiled
     per size, at each size; compiles; fallbacks; pools whose offsets are expressions."""
     rows = cached_rows()
     lines = ["Measured with `python -m benchmarks.real.dynamic` (docs/real-models.md has every figure and a plot per "

@@ -430,6 +430,8 @@ def write_report(folder: Path) -> None:
              "Variants: **eager**; **stock** `torch.compile`; **hook** `reorder.inductor.use()` (our order); "
              "**slab** `use(slab=True)` (our order and our pools); **guard** `use(fusion_guard=True)` (our order "
              "and our fusion guard); **pools** Inductor's own `config.memory_planning=True` (inference only).", "",
+             "How each option models Inductor, and the history of each fix behind these figures (what measured "
+             "wrong, what changed, the figures after): [measured.md](measured.md).", "",
              "## Real allocated peak (MB) per variant", "", *markdown(PEAKS, records)]
     above = [(r.model, r.mode, v) for r in records for v in COMPILED[:3]
              if r.peak(v) is not None and r.peak(v) > r.peak("stock")]

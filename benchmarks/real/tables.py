@@ -26,9 +26,9 @@ DOC = ROOT / "docs" / "real-models.md"
 IMAGES = ROOT / "docs" / "img" / "real"
 
 
-def write_between_markers(name: str, lines: list[str], doc: Path = ROOT / "docs" / "inductor.md") -> None:
+def write_between_markers(name: str, lines: list[str], doc: Path = ROOT / "docs" / "measured.md") -> None:
     """Replace what stands between ``<!-- name -->`` and ``<!-- /name -->`` in ``doc`` with ``lines`` (the measured
-    tables docs/inductor.md shows)."""
+    tables docs/measured.md shows)."""
     text = doc.read_text()
     start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
     head, rest = text.split(start, 1)

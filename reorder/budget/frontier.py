@@ -28,8 +28,8 @@ higher real peak), and
 
 A smaller budget therefore never gets a higher estimated peak: the points
 meeting it are a suffix of the frontier, whose peaks fall. Everything here
-is a count (the prices, our ordering methods' effort), so one graph gives
-the same choice on any machine.
+is a count (the prices, our ordering methods' effort), so one step graph
+(with its measured scratch) gives the same choice on any machine.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ breaks) holds what earlier regions saved: ``held_before`` adds it.
 
 This is a model of fused kernels, not Inductor's scheduler itself; how far it
 is from the allocator's real peak is measured on the real-model benchmark
-(docs/inductor.md).
+(docs/measured.md).
 """
 
 from __future__ import annotations

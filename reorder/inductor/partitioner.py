@@ -36,8 +36,12 @@ holds. A region compiled again (same joint graph) does not count itself.
 Its promises: never fail the compile (any error keeps stock's partition,
 with a WARNING on the ``reorder`` logger and a ``FallbackRecord`` with
 ``stage="partition"``); never above stock's estimate; effort is a count (the
-prices and our ordering methods' counts), so a graph gets the same partition
-on any machine.
+prices and our ordering methods' counts), never a clock, so the same graph and
+the same convolution scratch give the same partition under any load. The
+scratch is measured by running each convolution once on this machine's CPU
+(:mod:`~reorder.inductor.scratch`), and oneDNN's blocked layouts differ
+between instruction sets: on a convolutional model two CPUs can choose
+different partitions.
 """
 
 from __future__ import annotations

@@ -376,7 +376,7 @@ class PartitionRecord(_Record):
     Peaks are the estimate of :func:`~reorder.budget.step_peak.step_peak`
     (the forward with its saved values, the backward freeing them, in the
     orders our methods find, with Inductor's buffer reuse), not measured
-    memory; docs/inductor.md gives its distance to measured peaks.
+    memory; docs/measured.md gives its distance to measured peaks.
     """
 
     graph: str
