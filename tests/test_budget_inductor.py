@@ -337,18 +337,17 @@ def test_three_budgets_lower_the_real_peak_with_the_same_numbers(name):
         first, session, peak = compiled_step(name, budget)
         (record,) = session.partitions
         assert session.fallbacks == [] and record.budget == budget and record.source != "inductor"
-        # the graphs Inductor compiled, replayed as their code allocates (the plan's estimate is a model of them).
-        # The transformer's backward is ordered by node moves, so its verdict is the higher of two replays: the
-        # moved order's (416,896 B, the real peak to 8 B) and the order the moves started from (450,048 B); the
-        # CNN's real peak comes while the eager loss's backward runs, before the compiled backward, and holds
-        # 256 KB that no estimate of the compiled graphs sees
+        # the graphs Inductor compiled, as their generated code allocates (the plan's estimate is a model of
+        # them). The transformer's backward is ordered by node moves, which the model chose (416,896 B, the real
+        # peak to 8 B) and the code's own lines confirm; the CNN's real peak comes while the eager loss's backward
+        # runs, before the compiled backward, and holds 256 KB that no estimate of the compiled graphs sees
         assert record.compiled_peak is not None, record
         if name == "transformer":
             (backward,) = [r for r in session.graphs if "backward" in r.graph]
             assert backward.method.startswith("moved_"), backward
             moved = int(re.search(r"allocates: ([\d,]+) B", backward.notes["allocated"]).group(1).replace(",", ""))
             assert abs(peak / moved - 1) < 0.02, (peak, backward.notes)
-            assert peak <= record.compiled_peak * 1.02 and record.compiled_peak < peak * 1.1, (peak, record)
+            assert abs(record.compiled_peak / peak - 1) < 0.02, (peak, record)
         else:
             assert record.compiled_peak < peak, (peak, record.compiled_peak, record.peak)
         assert record.feasible == (max(record.peak, record.compiled_peak) <= record.budget_bytes)

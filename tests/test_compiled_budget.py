@@ -1,5 +1,6 @@
-"""The memory budget checked on the compiled graphs: replayed allocations, and the record amended once a region's
-forward and backward are known (hand-built scheduler graphs; the real compiles are in test_budget_inductor.py)."""
+"""The memory budget on the compiled graphs: the record amended from what their generated code allocates (hand-built
+allocation events), and the model of that code that orders a budgeted graph before the code exists (hand-built
+scheduler graphs); the real compiles are in test_budget_inductor.py and test_generated_code.py."""
 
 import logging
 
@@ -9,8 +10,9 @@ from reorder.graph import BufferSpec, InputSpec, NodeSpec, build_graph
 from reorder.inductor import PartitionRecord
 from reorder.budget.allocation_search import lower_allocated_peak
 from reorder.budget.wrapper_reuse import release_steps, wrapper_peak
-from reorder.inductor.compiled_budget import (RegionPlan, allocated_peak, compiled_replay, expect_region,
-                                              record_compiled, region_of, replay_of_nodes)
+from reorder.inductor.compiled_budget import (RegionPlan, allocated_peak, check_generated, compiled_replay,
+                                              expect_region, region_of, replay_of_nodes)
+from reorder.inductor.generated_code import AllocationEvent as Event, GeneratedCode
 from reorder.inductor.reorder_pass import choose_order
 from reorder.inductor.session import Session
 from reorder.schedulers import reorder_for_peak_memory
@@ -67,24 +69,46 @@ def planned(budget_bytes: int, scratch: dict | None = None, **kwargs) -> tuple[S
     return session, made
 
 
-def compiled(session: Session, name: str, graph, order, generated, origins=(), unmoved=None) -> None:
-    """What the reorder pass does once it has ordered a compiled graph: its replay, if it has one, checks it."""
-    replay = compiled_replay(session, name, generated, origins)
-    if replay is not None:
-        record_compiled(session, replay, graph, order, unmoved)
+def forward_code(name: str = "model__0_forward_1") -> GeneratedCode:
+    """The forward's generated code: ``relu`` allocated (300 B), kept as the graph's output."""
+    return GeneratedCode(name, (Event("allocate", "relu", 1, 300),), 2, (), {"primals_1": 1000})
+
+
+def backward_code(name: str = "model__0_backward_3", mm_origins=frozenset({"mm"})) -> GeneratedCode:
+    """The backward's generated code: the extern ``mm`` returns 600 B, the tangent (100 B) is deleted, ``mul``
+    writes into the saved value (400 B) as it dies, and ``mm`` is deleted."""
+    return GeneratedCode(name, (
+        Event("extern", "buf0", 1, 600, origins=mm_origins),
+        Event("free", "tangents_1", 1, 100, input=True, planning=False),
+        Event("reuse", "buf1", 2, reused="saved"),
+        Event("free", "buf0", 2),
+    ), 3, (1,), {"primals_1": 1000, "saved": 400, "tangents_1": 100})
 
 
 def compile_both(session: Session, prefix: str = "model__0") -> None:
-    compiled(session, f"{prefix}_forward_1", forward(), [0], [True])
-    compiled(session, f"{prefix}_backward_3", backward(), [0, 1], GENERATED)
+    check_generated(session, f"{prefix}_forward_1", forward_code(f"{prefix}_forward_1"))
+    check_generated(session, f"{prefix}_backward_3", backward_code(f"{prefix}_backward_3"))
+
+
+def test_the_replay_of_generated_code_counts_owned_inputs_until_their_del_and_reuses_in_place():
+    code = backward_code()
+    # saved 400 + tangent 100 live from the start; mm's 600 on top; mul takes the saved value's storage
+    replay = code.replay(["saved", "tangents_1"])
+    assert (replay.start, replay.peak, replay.end, replay.peak_event) == (500, 1100, 400, 0)
+    # above the start, as the allocator measures one call: the parameter is the caller's and costs nothing
+    assert code.replay(["saved", "tangents_1", "primals_1"]).peak == 2100
+    # an input not owned (the caller's) is returned by no del
+    held = GeneratedCode("g", (Event("free", "primals_1", 1, 1000, input=True), Event("free", "tangents_1", 1, 100,
+                                                                                    input=True)), 2, (), code.inputs)
+    assert held.replay(["tangents_1"]).end == 0 and held.owned_in_a_step() == ["saved", "tangents_1"]
 
 
 def test_a_region_whose_compiled_graphs_fit_keeps_its_verdict_with_their_peak(caplog):
     session, made = planned(1200)
-    compiled(session, "model__0_forward_1", forward(), [0], [True])
+    check_generated(session, "model__0_forward_1", forward_code())
     assert session.partitions == [made]  # the backward is not known yet
     with caplog.at_level(logging.WARNING, logger="reorder"):
-        compiled(session, "model__0_backward_3", backward(), [0, 1], GENERATED)
+        check_generated(session, "model__0_backward_3", backward_code())
     (amended,) = session.partitions
     assert amended.compiled_peak == 50 + 1100 and amended.feasible and caplog.text == ""
     assert amended.peak == made.peak and amended.source == made.source
@@ -117,11 +141,10 @@ def test_graphs_of_other_regions_leave_the_record_alone(prefix):
 
 
 def test_an_extern_kernels_scratch_counts_while_it_runs():
-    """The probe's scratch of the joint graph's ``mm`` (500 B) goes to the scheduler node lowered from it."""
+    """The probe's scratch of the joint graph's ``mm`` (500 B) goes to the extern kernel lowered from it."""
     session, _ = planned(2000, scratch={"backward": {"mm": 500}, "forward": {"mm": 10_000}})
-    compiled(session, "model__0_forward_1", forward(), [0], [True], [frozenset({"relu"})])
-    compiled(session, "model__0_backward_3", backward(), [0, 1], GENERATED,
-             [frozenset({"mm", "view"}), frozenset({"mul"})])
+    check_generated(session, "model__0_forward_1", forward_code())
+    check_generated(session, "model__0_backward_3", backward_code(mm_origins=frozenset({"mm", "view"})))
     (amended,) = session.partitions
     assert amended.compiled_peak == 50 + 400 + 100 + 600 + 500 and amended.feasible
 
@@ -196,22 +219,6 @@ def test_a_budgeted_graph_is_ordered_by_what_its_generated_code_allocates():
     assert compiled_replay(session, "model__1_backward_7", GELU_GENERATED) is None
     assert compiled_replay(None, "model__0_backward_3", GELU_GENERATED) is None
     assert choose_order(g, g, result).order == result.order
-
-
-def test_a_moved_order_is_judged_by_the_higher_of_its_replay_and_its_starting_orders():
-    """Node moves follow the replay wherever it errs, so the budget's verdict takes the order they started from
-    too: the moved GELU backward replays to 2110 B, the listed order it came from to 2710 B."""
-    session, made = planned(2500, held_before=0)
-    compiled(session, "model__0_forward_1", forward(), [0], [True])
-    compiled(session, "model__0_backward_3", gelu_backward(), [1, 2, 0, 3], GELU_GENERATED,
-             unmoved=[0, 1, 2, 3])
-    (amended,) = session.partitions
-    assert amended.compiled_peak == 2710 and not amended.feasible
-    session, made = planned(2500, held_before=0)
-    compiled(session, "model__0_forward_1", forward(), [0], [True])
-    compiled(session, "model__0_backward_3", gelu_backward(), [1, 2, 0, 3], GELU_GENERATED)
-    (amended,) = session.partitions
-    assert amended.compiled_peak == 2110 and amended.feasible
 
 
 def test_the_wrapper_decides_a_reuse_by_inductors_own_estimate():

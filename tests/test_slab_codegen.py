@@ -12,6 +12,7 @@ from helpers import assert_close_to_eager, tiny_model as tiny
 from reorder import inductor as hook
 from reorder.errors import SlabCheckError
 from reorder.inductor import slab
+from reorder.inductor.generated_code import is_foreign_call
 from reorder.inductor.reorder_pass import compiling_session
 from reorder.inductor.session import FallbackRecord, HookOptions, Session, SlabRecord
 from reorder.inductor.slab_check import slab_claim, slab_open, slab_release
@@ -47,10 +48,10 @@ def test_a_pool_search_stopped_by_its_safety_cap_is_recorded(monkeypatch):
 
 
 def test_is_foreign_call_tells_calls_from_bookkeeping_lines():
-    assert slab.is_foreign_call("buf3 = torch.ops.aten.sort.default(buf2)")
-    assert not slab.is_foreign_call("assert_size_stride(buf2, (8, 16), (16, 1), 'input')")
-    assert not slab.is_foreign_call("del buf2")
-    assert not slab.is_foreign_call("# Topologically Sorted Source Nodes: [x]")
+    assert is_foreign_call("buf3 = torch.ops.aten.sort.default(buf2)")
+    assert not is_foreign_call("assert_size_stride(buf2, (8, 16), (16, 1), 'input')")
+    assert not is_foreign_call("del buf2")
+    assert not is_foreign_call("# Topologically Sorted Source Nodes: [x]")
 
 
 def test_run_time_check_names_overlapping_buffers_and_poisons_dead_ones():

@@ -1,4 +1,4 @@
-"""A memory budget checked on the graphs Inductor compiled: what their generated code allocates.
+"""A memory budget checked on the graphs Inductor compiled, as their generated code allocates.
 
 The partitioner (:mod:`~reorder.inductor.partitioner`) chooses before
 Inductor lowers anything, with the step model of
@@ -6,49 +6,49 @@ Inductor lowers anything, with the step model of
 order Inductor lists them. The graphs that run are Inductor's own, after its
 fusion and our reorder pass, and they can hold more than the model says (a
 recomputed value fused into an early kernel and held to a late one) or less
-(an order the reorder pass found). So once the reorder pass has ordered a
-budgeted region's forward and then its backward, each is replayed as its
-generated code allocates (:func:`~reorder.budget.wrapper_reuse.wrapper_peak`
-over the scheduler graph in the order kept: a kernel Inductor generates
-writes into an input that dies there, dead storage goes to a later buffer
-of its size, extern kernels' workspaces count), with
+(an order the reorder pass found). So once Inductor has generated a budgeted
+region's forward and its backward, what each allocates is read from its own
+wrapper lines (:mod:`~reorder.inductor.generated_code`: allocations, reuses,
+in-place writes, frees, extern kernels' outputs, in the order they run; the
+C++ backend's kernel groups included, since their frees stand where the
+group is flushed) and replayed (:func:`check_generated`), with
 
 * the inputs that cost the step nothing (parameters, the batch and saved
-  views of them, :func:`~reorder.budget.step_peak.free_values`) at zero bytes;
-* the backward's tangents freed after their last reader;
-* the saved values the backward owns (:func:`~reorder.budget.step_peak.donated_values`)
-  open to in-place writes, as the other inputs are not;
+  views of them, :func:`~reorder.budget.step_peak.free_values`) left out,
+  and every other input (saved values, tangents) live from the start until
+  the ``del`` that returns it;
 * an extern kernel's scratch as the partitioner's probe measured it for the
-  joint graph's node of the same name (:mod:`~reorder.inductor.scratch`:
-  oneDNN's convolutions), in the layout of the program that runs it.
+  joint graph's node it was lowered from (:mod:`~reorder.inductor.scratch`:
+  oneDNN's convolutions), added while it runs: the one thing the lines
+  cannot say.
 
 The region's compiled peak is what earlier regions hold plus the higher of
-the two replays (of a graph whose order node moves chose, the higher of its
-replay and that of the order the moves started from: the moves follow the
-replay wherever it errs, so the figure they reached is the one least to
-trust; on T5 at 0.69 a moved backward replayed 2.6 MB below its starting
-order and measured the same), and its :class:`~reorder.inductor.session.PartitionRecord`
-is amended: ``compiled_peak``, and ``feasible`` only if that fits the budget
+the two, and its :class:`~reorder.inductor.session.PartitionRecord` is
+amended: ``compiled_peak``, and ``feasible`` only if that fits the budget
 too. A budget the plan met and the compiled graphs do not gets a WARNING.
 This checks the partition; it does not change it (the forward is compiled
 before the backward exists, so no other partition can be made by then).
-The same replay (:class:`CompiledReplay`) orders the region's graphs: the
-reorder pass keeps, among its orders no higher than stock's estimate, the
-one whose generated code allocates least, and moves nodes while that falls
-(:func:`~reorder.inductor.reorder_pass.choose_order`).
+
+Before code exists, the reorder pass needs a model of what the code will
+allocate for each order it weighs (:class:`CompiledReplay`, over the
+scheduler graph: a kernel Inductor generates writes into an input that
+dies there, dead storage goes to a later buffer of its size as the wrapper
+decides by Inductor's own estimate, the C++ backend frees a kernel group's
+dead buffers when it flushes): it keeps, among its orders no higher than
+stock's estimate, the one whose code allocates least, and moves nodes
+while that falls (:func:`~reorder.inductor.reorder_pass.choose_order`).
+The check above then reads what that order's code really allocates.
 
 Only the first region of a step is checked: a later one (after a graph
-break) takes activations of the earlier ones as inputs that Inductor's model
-of its graphs leaves out (it names them as it names parameters,
-``primals_*``, and counts neither), so its replay would miss them (the 20 MB
-logits GPT-2's loss region receives).
+break) takes activations of the earlier ones as inputs named as parameters
+are (``primals_*``), which would count as free (the 20 MB logits GPT-2's
+loss region receives).
 
 A region's graphs are found by the name AOTAutograd gives them: the joint
 graph ``model__0_joint_0`` partitioned into ``model__0_forward_1`` and
 ``model__0_backward_3`` share the prefix ``model__0``. Graphs the FX graph
-cache serves run no pass of ours, and their region keeps ``compiled_peak``
-None. The check never fails the compile: an error is logged as a WARNING and
-the record stays as the partitioner made it.
+cache serves run no code generation of ours, and their region keeps
+``compiled_peak`` None. The check never fails the compile.
 """
 
 from __future__ import annotations
@@ -61,10 +61,11 @@ from typing import Callable, Sequence
 from ..budget.allocation_search import lower_allocated_peak
 from ..budget.wrapper_reuse import wrapper_peak
 from ..graph import Graph
+from .generated_code import GeneratedCode
 from .session import PartitionRecord, Session
 
-__all__ = ["CompiledReplay", "RegionPlan", "allocated_peak", "check_compiled", "compiled_replay", "expect_region",
-           "generated_kernels", "origin_names", "record_compiled", "region_of", "replay_of_nodes"]
+__all__ = ["CompiledReplay", "RegionPlan", "allocated_peak", "check_generated", "compiled_replay", "expect_region",
+           "generated_kernels", "origin_names", "owned_inputs", "region_of", "replay_of_nodes"]
 
 log = logging.getLogger("reorder")
 
@@ -217,16 +218,38 @@ def _planned_graph(session: Session | None, graph_name: str) -> tuple[RegionPlan
     return None if plan is None else (plan, region[1])
 
 
-def record_compiled(session: Session, replay: CompiledReplay, graph: Graph, order: Sequence[int],
-                    unmoved: Sequence[int] | None = None) -> None:
-    """Replay a budgeted region's compiled forward or backward with ``replay`` (the one that chose its order,
-    :func:`compiled_replay`): ``graph`` in the kept ``order`` (``unmoved``: the order node moves started from,
-    where they chose ``order``); once both graphs are known, amend the region's record (see the module
-    docstring)."""
-    plan = replay.plan
-    plan.peaks[replay.kind] = max(replay.peak(graph, kept) for kept in (order, unmoved) if kept is not None)
-    if len(plan.peaks) < 2:
+def check_generated(session: Session | None, graph_name: str, code: GeneratedCode) -> None:
+    """If ``graph_name`` is the forward or backward of a budgeted region: what its generated ``code`` allocates
+    (:meth:`~reorder.inductor.generated_code.GeneratedCode.replay`, the inputs that cost the step something
+    counted from the start, extern kernels' scratch from the partitioner's probe); once both graphs are read,
+    the region's record is amended (see the module docstring). Never raises: an error is a WARNING and the
+    record stays as the partitioner made it."""
+    planned = _planned_graph(session, graph_name)
+    if planned is None:
         return
+    plan, kind = planned
+    try:
+        plan.peaks[kind] = code.replay(owned_inputs(plan, kind, code), plan.scratch.get(kind, {})).peak
+        if len(plan.peaks) == 2:
+            amend(session, plan)
+    except Exception as exc:  # noqa: BLE001 - the user's compile must go on
+        log.warning("reorder: could not check the memory budget on the compiled %s: %s: %s", graph_name,
+                    type(exc).__name__, exc)
+
+
+def owned_inputs(plan: RegionPlan, kind: str, code: GeneratedCode) -> list[str]:
+    """The inputs of a region's ``kind`` graph that the step pays for and the graph frees: none of a forward's
+    (the caller's parameters and batch); a backward's saved values and tangents, and the parameters or batch
+    the forward copied (laid out channels-last for a convolution), all but :attr:`RegionPlan.free_inputs`."""
+    if kind != "backward":
+        return []
+    return [name for name in code.inputs if name not in plan.free_inputs]
+
+
+def amend(session: Session, plan: RegionPlan) -> None:
+    """The region's record with its compiled peak (what earlier regions hold, plus the higher of its two
+    graphs') and a verdict that holds only if that fits too; a WARNING where the plan met the budget and the
+    compiled graphs do not."""
     record = plan.record
     compiled = record.held_before + max(plan.peaks.values())
     amended = dataclasses.replace(record, compiled_peak=compiled,
@@ -254,13 +277,3 @@ def replay_of_nodes(session: Session | None, graph_name: str, nodes: list,
         log.warning("reorder: could not replay the compiled %s for its memory budget: %s: %s", graph_name,
                     type(exc).__name__, exc)
         return None
-
-
-def check_compiled(session: Session, graph_name: str, replay: CompiledReplay, graph: Graph, order: Sequence[int],
-                   unmoved: Sequence[int] | None = None) -> None:
-    """:func:`record_compiled`; an error is a WARNING."""
-    try:
-        record_compiled(session, replay, graph, order, unmoved)
-    except Exception as exc:  # noqa: BLE001 - the user's compile must go on
-        log.warning("reorder: could not check the memory budget on the compiled %s: %s: %s", graph_name,
-                    type(exc).__name__, exc)

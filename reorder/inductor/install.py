@@ -37,12 +37,12 @@ from typing import Iterator
 
 from ..errors import ReorderError
 from .adapter import fx_graph_cache_hits
+from .codegen_hook import install_codegen, uninstall_codegen
 from .fusion_guard import choices_factory, forget_cached_choices, users_choices_handler
 from .partitioner import BudgetPartitioner
 from .reorder_pass import ReorderPass
 from .scalar_aliases import ScalarAliases
 from .session import HookOptions, Session
-from .slab import install_codegen, uninstall_codegen
 
 __all__ = ["install", "uninstall", "use"]
 
@@ -100,7 +100,7 @@ def install(options: HookOptions | None = None, **fields) -> Session:
     runs_inductors = bool(saved["reorder_for_peak_memory"])
     reorder_pass = ReorderPass(session, previous=saved["_post_fusion_custom_pass"],
                                inductor_fallback=runs_inductors and not options.keep_inductor_pass)
-    if options.slab:
+    if options.slab or options.memory_budget is not None:
         install_codegen()
     _installed.set((*_installed.get(), _Installation(session, saved)))
     config._post_fusion_custom_pass = reorder_pass
@@ -134,7 +134,7 @@ def uninstall() -> Session | None:
         return None
     last = installed[-1]
     _installed.set(installed[:-1])
-    if last.session.options.slab:
+    if last.session.options.slab or last.session.options.memory_budget is not None:
         uninstall_codegen()
     for key, value in last.config.items():
         setattr(config, key, value)

@@ -33,7 +33,7 @@ from ..schedulers.across_sizes import inductor_reference, peaks_at_points
 from ..timeline import estimate_peak_memory
 from .adapter import freed_tangents, fx_graph_cache_hits, graph_being_compiled, graph_from_scheduler
 from .capture import write_capture
-from .compiled_budget import CompiledReplay, check_compiled, replay_of_nodes
+from .compiled_budget import CompiledReplay, replay_of_nodes
 from .figures import INDUCTOR_METHODS, inductor_figures
 from .fusion_guard import finish_guard
 from .session import FallbackRecord, OrderRecord, Session, SessionBound, source_hash
@@ -110,7 +110,7 @@ class ReorderPass(_custom_scheduler_pass_base(), SessionBound):
 
     def _reorder_or_keep(self, nodes: list, name: str, session: Session | None) -> list:
         try:
-            record, order, graph, unmoved, replay = self._reorder(nodes, name, session)
+            record, order = self._reorder(nodes, name, session)
         except Exception as exc:  # noqa: BLE001 - the user's compile must go on
             reason = f"{type(exc).__name__}: {exc}"
             if session is not None:
@@ -127,19 +127,14 @@ class ReorderPass(_custom_scheduler_pass_base(), SessionBound):
                 return nodes
         if session is not None:
             session.add(record)
-            if replay is not None:
-                check_compiled(session, name, replay, graph, order, unmoved)
         log.info("reorder: %s: %d nodes, peak %d -> %d (%s)", name, record.nodes,
                  record.estimate_of_incoming_order, record.peak, record.method)
         return [nodes[v] for v in order]
 
-    def _reorder(self, nodes: list, name: str,
-                 session: Session | None) -> tuple[OrderRecord, list[int], Graph, list[int] | None,
-                                                   CompiledReplay | None]:
-        """The record and the order kept, with the graph as a real step runs it (tangents freed), the order
-        node moves started from where they chose the one kept (:func:`choose_order`), and the replay of a
-        budgeted region's graph that chose it (:func:`~reorder.inductor.compiled_budget.replay_of_nodes`), for
-        the check on the compiled graphs."""
+    def _reorder(self, nodes: list, name: str, session: Session | None) -> tuple[OrderRecord, list[int]]:
+        """The record and the order kept: among our methods' orders, as a real step runs them (tangents freed),
+        and in a budgeted region's graph by what its generated code will allocate
+        (:func:`~reorder.inductor.compiled_budget.replay_of_nodes`, :func:`choose_order`)."""
         options = self.options
         t0 = time.perf_counter()
         graph, state = graph_from_scheduler(nodes, name)
@@ -182,7 +177,7 @@ class ReorderPass(_custom_scheduler_pass_base(), SessionBound):
             captured=str(captured) if captured else None,
             peaks_at=sizes_record(graph, result, order),
         )
-        return record, order, real_graph, choice.unmoved if choice else None, replay
+        return record, order
 
 
 def compiling_session() -> Session | None:
@@ -218,7 +213,6 @@ class OrderChoice:
     peak_tangents_freed: int
     peak_tangents_freed_of_stock_order: int
     notes: dict[str, str] = field(default_factory=dict)
-    unmoved: list[int] | None = None
 
 
 def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, methods: Sequence[str] | None = None,
@@ -248,8 +242,9 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, methods
     With a ``replay``, that order's nodes are then moved one at a time while
     each move lowers what the generated code allocates and keeps the estimate
     no higher than stock's (``moved_<m>``,
-    :func:`~reorder.budget.allocation_search.lower_allocated_peak`); the order
-    they started from is kept as ``unmoved``, for the budget's verdict.
+    :func:`~reorder.budget.allocation_search.lower_allocated_peak`). The
+    budget's verdict reads what the kept order's code really allocates
+    (:func:`~reorder.inductor.compiled_budget.check_generated`).
 
     On a graph with size symbols, "no higher" holds at every evaluation point
     of ``result.points``, as the best-of driver asks of its own choice.
@@ -269,7 +264,6 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, methods
     points = list(result.points.items()) or [("hint", {})]
     table = peaks_at_points(graph, orders, points)
     allocated = replay.peak if replay is not None else lambda g, order: 0
-    unmoved = None
     scored = []
     for method, candidate in orders.items():
         if all(peaks[method] <= peaks[stock] for peaks in table.values()):
@@ -283,7 +277,6 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, methods
 
         moved, moved_peak = replay.lower(real_graph, order, no_higher_than_stock)
         if moved_peak < allocated_peak:
-            unmoved = list(order)
             allocated_peak, order, method = moved_peak, moved, f"moved_{method}"
             real_peak = estimate_peak_memory(real_graph, order).peak
             peak = estimate_peak_memory(graph, order).peak
@@ -303,4 +296,4 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, methods
         notes["tangents_freed"] = (f"kept {method} for a real step: {real_peak:,} B with the tangents freed against "
                                    f"{stock_real_peak:,} B for stock's order{above}")
     return OrderChoice(list(order), peak, method, result.optimal and peak == result.peak, real_peak,
-                       stock_real_peak, notes, unmoved)
+                       stock_real_peak, notes)

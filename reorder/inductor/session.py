@@ -465,6 +465,7 @@ class Session:
         self.token = next(_tokens)
         self._records: list[Record] = []
         self._regions: dict[str, object] = {}
+        self._generated: dict[str, object] = {}
         self._lock = threading.Lock()
         self._cache_hits_seen: int | None = None
         _live[self.token] = self
@@ -474,6 +475,20 @@ class Session:
         the forward and backward Inductor compiles from it (:mod:`~reorder.inductor.compiled_budget`)."""
         with self._lock:
             self._regions[region] = plan
+
+    def note_generated(self, code) -> None:
+        """Keep what a compiled graph's generated code allocates (a plain
+        :class:`~reorder.inductor.generated_code.GeneratedCode`), read where our code generation runs
+        (``slab=True`` or a ``memory_budget``)."""
+        with self._lock:
+            self._generated[code.graph] = code
+
+    def generated_code(self, graph: str):
+        """What the generated code of ``graph`` allocates, as events
+        (:class:`~reorder.inductor.generated_code.GeneratedCode`; ``replay()`` gives its peak), or None where
+        our code generation did not run for it."""
+        with self._lock:
+            return self._generated.get(graph)
 
     def region_plan(self, region: str) -> object | None:
         """The plan :meth:`plan_region` remembered for ``region``, or None."""

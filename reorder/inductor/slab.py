@@ -60,11 +60,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 
 import sympy
 import torch
-from torch._inductor import ir
 from torch._inductor.codegen import memory_planning
 from torch._inductor.codegen import wrapper as wrapper_codegen
 from torch._inductor.dependencies import StarDep
@@ -77,19 +75,13 @@ from ..planning.pools import ALIGNMENT, PACK_SECONDS_CAP, BufferGroup, GroupKind
 from ..planning.symbolic import StackedPlan, stack
 from ..sizes import size_expression
 from .adapter import symbol_ranges
-from .reorder_pass import compiling_session, graph_being_compiled
-from .session import FallbackRecord, SlabRecord, sized
+from .generated_code import read_generated
+from .reorder_pass import graph_being_compiled
+from .session import FallbackRecord, Session, SlabRecord, sized
 
-__all__ = ["SlabPlanner", "install_codegen", "is_foreign_call", "plan_slab", "slab_record",
-           "uninstall_codegen"]
+__all__ = ["SlabPlanner", "freed_by_graph", "plan_slab", "slab_record"]
 
 log = logging.getLogger("reorder")
-
-#: Wrapper lines that run code other than Inductor's kernels (which allocate nothing of their own).
-FOREIGN_LINES = (wrapper_codegen.ExternKernelAllocLine, wrapper_codegen.ExternKernelOutLine,
-                 wrapper_codegen.ExternKernelMultiOutLine, wrapper_codegen.IndexPutFallbackLine,
-                 wrapper_codegen.ScatterFallbackLine)
-
 
 class SlabFallback(Exception):
     """This graph keeps Inductor's normal allocation; the message says why."""
@@ -144,26 +136,11 @@ class SlabFreeLine(memory_planning.DeallocFromPoolLine):
         super().codegen(code)
 
 
-def is_foreign_call(line: str) -> bool:
-    """Whether a raw wrapper line may call code other than Inductor's kernels (which allocate nothing)."""
-    text = line.strip()
-    return bool(text) and "(" in text and not text.startswith(("assert", "del ", "#"))
-
-
 def freed_by_graph(name: str) -> bool:
     """Inductor's own rule (``utils.is_nonfreeable_buffers``): parameters, user inputs and tangents
     (``primals_*``, ``arg*``, ``tangents_*``) are held by the caller; a backward's saved activations are
     dropped for good by their ``del``."""
     return not is_nonfreeable_buffers(StarDep(name))
-
-
-def storage_expr(node) -> sympy.Expr:
-    """Bytes of ``node``'s storage, an expression where its size is symbolic (0 for a multi-output kernel's
-    tuple: its children carry them)."""
-    layout = node.maybe_get_output_spec()
-    if not isinstance(layout, ir.Layout):
-        return sympy.Integer(0)
-    return sympy.sympify(layout.storage_size() * node.get_dtype().itemsize)
 
 
 def hint_bytes(nbytes: sympy.Expr) -> int:
@@ -251,44 +228,33 @@ class SlabPlanner(memory_planning.MemoryPlanner):
         """Everything else the wrapper allocates or frees, in Inductor's steps; the horizon; the foreign steps.
 
         Runs after :meth:`convert_to_pool_lines`, so the pooled groups' lines
-        are pool lines here and only the others are read.
+        are pool lines here (without pools yet: the reader skips them) and only
+        the others are read, through the one reader of the generated code
+        (:func:`~reorder.inductor.generated_code.read_generated`). A graph
+        input counts where Inductor's own model frees it (:func:`freed_by_graph`).
         """
-        step, foreign_steps, records = 0, set(), []
-        opened: dict[str, tuple[str, object, int, int, GroupKind]] = {}  # live name -> (name, node, bytes, begin, kind)
+        code = read_generated(lines, graph_being_compiled())
+        records = []
+        opened: dict[str, tuple[str, object, sympy.Expr, int, GroupKind]] = {}  # live name -> (name, node, bytes, begin, kind)
         closed: dict[str, int] = {}  # live name -> end
-        previous_was_planning = False
-        for line in lines:
-            is_planning = isinstance(line, wrapper_codegen.MemoryPlanningLine)
-            if is_planning and not previous_was_planning:
-                step += 1
-            previous_was_planning = is_planning
-            if isinstance(line, FOREIGN_LINES) or (isinstance(line, str) and is_foreign_call(line)):
-                foreign_steps.add(step)
-            if isinstance(line, wrapper_codegen.AllocateLine):
-                name = line.node.get_name()
-                opened[name] = (name, line.node, storage_expr(line.node), step, GroupKind.INDIVIDUAL)
-            elif isinstance(line, wrapper_codegen.ExternKernelAllocLine):
-                name = line.node.get_name()
-                opened[name] = (name, line.node, storage_expr(line.node), step, GroupKind.EXTERN)
-            elif isinstance(line, wrapper_codegen.MultiOutputLine):
-                node = V.graph.get_buffer(line.result_name)
-                opened[line.result_name] = (line.result_name, node, storage_expr(node), step, GroupKind.EXTERN)
-            elif isinstance(line, wrapper_codegen.ReuseLine) and line.node.get_name() in opened:
-                opened[line.reused_as.get_name()] = opened.pop(line.node.get_name())
-            elif isinstance(line, wrapper_codegen.FreeIfNotReusedLine) and line.node.get_name() in opened:
-                closed[line.node.get_name()] = step
-            elif isinstance(line, wrapper_codegen.FreeLine) and isinstance(line.node, ir.InputBuffer):
-                if freed_by_graph(line.node.get_name()):  # after this step's kernels ran
-                    records.append(self.group(line.node.get_name(), line.node, storage_expr(line.node), 0,
-                                              step + 1, GroupKind.FREED_INPUT))
-            elif isinstance(line, wrapper_codegen.FreeLine) and line.node.get_name() in opened:
-                closed[line.node.get_name()] = step + 1
-        horizon = step + 1
+        for event in code.events:
+            if event.kind in ("allocate", "extern", "element") and event.node is not None:
+                kind = GroupKind.INDIVIDUAL if event.kind == "allocate" else GroupKind.EXTERN
+                opened[event.name] = (event.name, event.node, event.expr, event.step, kind)
+            elif event.kind == "reuse" and event.reused in opened:
+                opened[event.name] = opened.pop(event.reused)
+            elif event.kind == "free" and event.input:
+                if freed_by_graph(event.name):  # after this step's kernels ran
+                    records.append(self.group(event.name, event.node, event.expr, 0, event.step + 1,
+                                              GroupKind.FREED_INPUT))
+            elif event.kind == "free" and event.name in opened:
+                closed[event.name] = event.step if event.planning else event.step + 1
+        horizon = code.horizon
         for live_name, (name, node, nbytes, begin, kind) in opened.items():
             if nbytes != 0:
                 end = max(closed.get(live_name, horizon), begin + 1)
                 records.append(self.group(name, node, nbytes, begin, end, kind))
-        return records, horizon, sorted(foreign_steps)
+        return records, horizon, list(code.foreign_steps)
 
     def pooled_records(self, horizon: int) -> list[BufferGroup]:
         """One record per group we pool, in ``buffer_groups`` order: Inductor's live range, half-open (a group
@@ -382,12 +348,9 @@ def slab_record(graph: str, layout: PoolLayout) -> SlabRecord:
                       stacked=sum(isinstance(p.plan, StackedPlan) for p in layout.pools))
 
 
-def plan_slab(wrapper, previous, is_inference: bool) -> None:
-    """``run_wrapper_ir_passes`` with our pools for the compiling session; Inductor's own without one or on a
-    fallback (recorded, with a WARNING naming the graph and the reason)."""
-    session = compiling_session()
-    if session is None or not session.options.slab:
-        return previous(wrapper, is_inference)
+def plan_slab(wrapper, previous, is_inference: bool, session: Session) -> None:
+    """``run_wrapper_ir_passes`` with our pools for ``session`` (the compiling one, which asked for the slab);
+    Inductor's own on a fallback (recorded, with a WARNING naming the graph and the reason)."""
     name = graph_being_compiled()
     poison = session.options.poison
     try:
@@ -410,40 +373,3 @@ def plan_slab(wrapper, previous, is_inference: bool) -> None:
                     "machine's speed", name, PACK_SECONDS_CAP)
     log.info("reorder: %s: %d pools, %d bytes (bound %d), %d groups left individual", name,
              len(record.pools), record.pool_bytes, record.bound, record.individual)
-
-
-#: The process-wide patch: the method it replaced and how many installations use it.
-_patch_lock = threading.Lock()
-_patch: dict = {"original": None, "users": 0}
-
-
-def install_codegen() -> None:
-    """Patch ``PythonWrapperCodegen.run_wrapper_ir_passes`` (once per process, counted) with :func:`plan_slab`.
-
-    The class is shared by every thread, so the patch is too; which session a
-    graph's pools are planned for is decided per compile
-    (:func:`~reorder.inductor.reorder_pass.compiling_session`).
-    """
-    cls = wrapper_codegen.PythonWrapperCodegen
-    with _patch_lock:
-        if _patch["users"] == 0:
-            original = vars(cls)["run_wrapper_ir_passes"]
-
-            def run_wrapper_ir_passes(self, is_inference: bool):
-                return plan_slab(self, original, is_inference)
-
-            run_wrapper_ir_passes.__wrapped__ = original
-            _patch["original"] = original
-            cls.run_wrapper_ir_passes = run_wrapper_ir_passes
-        _patch["users"] += 1
-
-
-def uninstall_codegen() -> None:
-    """Undo one :func:`install_codegen`; the last one puts back exactly the method the first replaced."""
-    with _patch_lock:
-        if _patch["users"] == 0:
-            return
-        _patch["users"] -= 1
-        if _patch["users"] == 0:
-            wrapper_codegen.PythonWrapperCodegen.run_wrapper_ir_passes = _patch["original"]
-            _patch["original"] = None

@@ -1,0 +1,112 @@
+"""What the generated code allocates, read from Inductor's wrapper lines, against the allocator's own figures.
+
+For each compiled graph of a training step (a transformer block and a residual CNN, forward and backward, CPU),
+the replay of the events :mod:`reorder.inductor.generated_code` read from its wrapper must equal the peak and the
+end the allocator measured for that graph's call, to the byte. The one thing the lines cannot say is what an
+extern kernel allocates and frees inside itself: oneDNN's convolutions reorder their operands. Here it is
+measured for each convolution of the CNN by running the operator alone, in the channels-last layout the compiled
+code runs it in (Inductor's layout optimisation), and named in the replay by kernel.
+"""
+
+import pytest
+import torch
+
+from reorder import inductor as hook
+from reorder.inductor.compiled_budget import owned_inputs, region_of
+from reorder.inductor.generated_code import AllocationEvent as Event, GeneratedCode, freed_in_a_step
+from reorder.measure import measure
+
+
+def test_what_a_del_returns_follows_who_holds_the_input():
+    assert freed_in_a_step("tangents_1") and freed_in_a_step("getitem_3") and freed_in_a_step("relu")
+    assert not freed_in_a_step("primals_2") and not freed_in_a_step("arg0_1") and not freed_in_a_step("fwd_rng_state_0")
+
+
+def test_an_extern_kernel_makes_the_elements_it_returns_as_it_runs_beside_its_scratch():
+    """``buf0 = convolution_backward(...)`` returns a tuple; the wrapper frees ``buf9`` (dead at the kernel) before
+    the lines that name the tuple's elements: the kernel ran with ``buf9``, its elements and its scratch live."""
+    code = GeneratedCode("g", (
+        Event("allocate", "buf9", 1, 50),
+        Event("extern", "buf0", 1, 0, origins=frozenset({"convolution_backward"})),
+        Event("free", "buf9", 1),
+        Event("element", "buf1", 1, 100, reused="buf0"), Event("element", "buf2", 1, 10, reused="buf0"),
+        Event("free", "buf1", 2),
+    ), 3, (1,), {})
+    assert code.replay().peak == 160 and code.replay().end == 10
+    replay = code.replay(scratch={"convolution_backward": 1000})
+    assert (replay.peak, replay.peak_event) == (1160, 1)
+
+
+class ResidualCNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.norm = torch.nn.BatchNorm2d(8)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(x + self.conv2(torch.relu(self.norm(self.conv1(x)))))
+
+
+def transformer_block():
+    torch.manual_seed(0)
+    return torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True, dropout=0.0), torch.randn(8, 32, 64)
+
+
+def residual_cnn():
+    torch.manual_seed(0)
+    return ResidualCNN(), torch.randn(4, 8, 16, 16)
+
+
+def inside(op, *args) -> int:
+    """What ``op(*args)`` allocates and frees inside itself: its peak above its start less what it returns."""
+    kept = []
+    with torch.no_grad():
+        peak = measure(lambda: kept.append(op(*args)), "cpu").peak
+    out = kept.pop()
+    return peak - sum(t.untyped_storage().nbytes() for t in (out if isinstance(out, tuple) else (out,))
+                      if isinstance(t, torch.Tensor))
+
+
+def convolution_scratch() -> dict[str, int]:
+    """The CNN's convolutions' own scratch, forward and backward, channels-last as its compiled code runs them
+    (the backward of ``conv2`` returns all three gradients, that of ``conv1`` no input gradient), by the names of
+    the joint graph's nodes the kernels are lowered from."""
+    cl = torch.channels_last
+    x, w = torch.ones(4, 8, 16, 16).to(memory_format=cl), torch.ones(8, 8, 3, 3).to(memory_format=cl)
+    b = torch.ones(8)
+    forward = inside(torch.ops.aten.convolution, x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    backward = [inside(torch.ops.aten.convolution_backward, x, x, w, [8], [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+                       mask) for mask in ([True, True, True], [False, True, True])]
+    return {"convolution": forward, "convolution_1": forward, "convolution_backward": backward[0],
+            "convolution_backward_1": backward[1]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make, scratch", [(transformer_block, dict), (residual_cnn, convolution_scratch)])
+def test_the_replay_of_each_compiled_graph_is_the_allocators_peak_of_its_call(make, scratch):
+    import torch._inductor.config as config
+
+    model, x = make()
+    config_before = config.force_disable_caches
+    config.force_disable_caches = True
+    try:
+        with hook.use(memory_budget=1.0) as session:  # our code generation reads every graph it compiles
+            compiled = torch.compile(model)
+            compiled(x).sum().backward()
+    finally:
+        config.force_disable_caches = config_before
+    model.zero_grad(set_to_none=True)
+    step = measure(lambda: compiled(x).sum().backward(), "cpu")
+    calls = {"forward": [c for c in step.compiled_calls if not c.name.endswith("(backward)")],
+             "backward": [c for c in step.compiled_calls if c.name.endswith("(backward)")]}
+    (partition,) = session.partitions
+    region = region_of(partition.graph)[0]
+    plan = session.region_plan(region)
+    for kind in ("forward", "backward"):
+        (call,) = calls[kind]
+        (name,) = [g.graph for g in session.graphs if g.graph.startswith(f"{region}_{kind}_")]
+        code = session.generated_code(name)
+        replay = code.replay(owned_inputs(plan, kind, code), scratch())  # the inputs the budget counts
+        assert replay.peak - replay.start == call.peak - call.live_at_start, (kind, replay, call)
+        assert replay.end - replay.start == call.live_at_end - call.live_at_start, (kind, replay, call)
