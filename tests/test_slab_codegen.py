@@ -12,6 +12,7 @@ from helpers import assert_close_to_eager, tiny_model as tiny
 from reorder import inductor as hook
 from reorder.errors import SlabCheckError
 from reorder.inductor import slab
+from reorder.inductor.codegen_hook import wrapper_passes
 from reorder.inductor.generated_code import is_foreign_call
 from reorder.inductor.reorder_pass import compiling_session
 from reorder.inductor.session import FallbackRecord, HookOptions, Session, SlabRecord
@@ -133,8 +134,8 @@ def test_the_cpp_wrapper_keeps_inductors_allocation_with_a_warning_and_a_fallbac
     calls = []
     other = Session(HookOptions(slab=True))
     with hook.use(slab=True) as session, caplog.at_level(logging.WARNING, logger="reorder"), \
-            V.set_graph_handler(SimpleNamespace(cpp_wrapper=True)):
-        slab.plan_slab(SimpleNamespace(lines=[]), lambda wrapper, is_inference: calls.append(is_inference), False)
+            V.set_graph_handler(SimpleNamespace(cpp_wrapper=True, graph_inputs={})):
+        wrapper_passes(SimpleNamespace(lines=[]), lambda wrapper, is_inference: calls.append(is_inference), False)
     assert calls == [False]  # Inductor's own passes ran, as the user's compile would have
     [record] = session.records
     assert isinstance(record, FallbackRecord) and record.stage == "slab" and "C++ wrapper" in record.reason
