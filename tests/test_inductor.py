@@ -3,6 +3,7 @@
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 
@@ -220,6 +221,8 @@ def test_capture_writes_graphs_even_when_inductors_cache_is_warm(tmp_path):
                              str(out)], capture_output=True, text=True, env=env, timeout=600, cwd=elsewhere)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1].startswith(f"wrote 2 graphs and inductor-figures.json to {out} ")
+    rows = [line for line in result.stdout.splitlines() if line.startswith("model__")]
+    assert len(rows) == 2 and all(len(re.findall(r"\d+(?:\.\d\d)? (?:B|KiB|MiB)\b", row)) == 3 for row in rows), rows
     figures = json.loads((out / "inductor-figures.json").read_text())
     assert len(figures) == 2 and len(list(out.glob("*.json"))) == 3
     for name, fig in figures.items():
