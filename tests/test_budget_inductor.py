@@ -14,6 +14,7 @@ from torch import nn
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch.utils.checkpoint import CheckpointPolicy
 
+from reorder.inductor.rewrites import MIRRORED, REWRITES
 from reorder.inductor.session import record_from_dict
 from reorder import inductor as hook
 from reorder.errors import ReorderError
@@ -247,6 +248,9 @@ def test_an_addition_of_two_products_folds_the_product_inductor_folds():
     def capture(gm, joint_inputs, **kwargs):
         fw, bw = min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
         seen["graph"] = step_graph_from_joint(gm, kwargs["num_fwd_outputs"], kwargs["static_lifetime_input_indices"])
+        seen["unfolded"] = step_graph_from_joint(gm, kwargs["num_fwd_outputs"],
+                                                 kwargs["static_lifetime_input_indices"],
+                                                 model_rewrites=tuple(m for m in MIRRORED if m != "backward_addmm"))
         seen["backward"] = bw
         return fw, bw
 
@@ -261,6 +265,21 @@ def test_an_addition_of_two_products_folds_the_product_inductor_folds():
     inp, mat1, mat2 = (a.name for a in made[0].args)
     assert [graph.node_names[a] for a in graph.args[addition]] == [mat1, mat2, inp]
     assert graph.node_names[graph.args[addition][2]].startswith("mm")  # the other product stands alone
+    # with the rewrite switched off, the model keeps both products as they stand: one node more
+    unfolded = seen["unfolded"]
+    assert unfolded.num_nodes == graph.num_nodes + 1 and unfolded.node_names[unfolded.args[unfolded.index["add"]][0]] \
+        .startswith("mm")
+
+
+def test_the_rewrites_are_one_ordered_list_each_naming_its_source_and_releases():
+    assert MIRRORED == ("layout_optimisation", "layout_copies", "convolution_scratch", "backward_addmm",
+                        "kernel_groups")
+    assert all(r.mirrors.startswith("torch/") and r.releases and r.tested_by.startswith("tests/") for r in REWRITES)
+    assert HookOptions(model_rewrites=["kernel_groups", "backward_addmm"]).model_rewrites == (
+        "backward_addmm", "kernel_groups")  # in the list's order
+    assert HookOptions().uuid() != HookOptions(model_rewrites=()).uuid()  # another model: another cache key
+    with pytest.raises(ReorderError, match=r"model_rewrites=\['addmm'\]: unknown \['addmm'\]; known: layout_optimisation"):
+        HookOptions(model_rewrites=["addmm"])
 
 
 def test_partition_records_read_back_from_json():

@@ -269,3 +269,34 @@ def test_cpu_kernel_groups_free_their_dead_buffers_when_flushed():
         [], ["c"])
     assert wrapper_peak(g2, [0, 1, 2, 3], [True, True, False, True], reusable,
                         grouped=[True, True, False, True]) == 310  # mm flushes the group: a is freed before it
+
+
+@pytest.mark.slow
+def test_kernel_groups_free_where_the_generated_code_frees():
+    """The model's kernel-group rule against Inductor's own C++ code: three softmaxes are generated kernels of one
+    group, each writing small temporaries (row maxima and sums) that die inside it; the generated code frees them
+    all after the group's last allocation, where the extern matrix product flushes it, not after each kernel."""
+    import torch
+    import torch._inductor.config as config
+
+    from reorder import inductor as hook
+
+    def f(x, w):
+        return x.softmax(-1).softmax(0).softmax(-1) @ w
+
+    before = config.force_disable_caches
+    config.force_disable_caches = True
+    try:
+        with hook.use(memory_budget=0.9) as session:  # our code generation reads the graph's lines
+            torch.compile(f)(torch.randn(64, 64), torch.randn(64, 64))
+    finally:
+        config.force_disable_caches = before
+    (name,) = [r.graph for r in session.graphs]
+    events = session.generated_code(name).events
+    kinds = [e.kind for e in events]
+    flush = kinds.index("call")  # the matrix product
+    last_allocation = max(k for k, kind in enumerate(kinds) if kind == "allocate")
+    temporaries = [k for k, e in enumerate(events) if e.kind == "free" and not e.input]
+    assert len(temporaries) >= 3 and all(last_allocation < k < flush for k in temporaries), kinds
+    # the model's rule says the same: every node of the group releases at its last member
+    assert release_steps([0, 1, 2, 3], [True, True, True, False]) == [2, 2, 2, 3]

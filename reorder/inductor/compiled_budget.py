@@ -62,6 +62,7 @@ from ..budget.allocation_search import lower_allocated_peak
 from ..budget.wrapper_reuse import wrapper_peak
 from ..graph import Graph
 from .generated_code import GeneratedCode
+from .rewrites import applies
 from .session import PartitionRecord, Session
 
 __all__ = ["CompiledReplay", "RegionPlan", "allocated_peak", "check_generated", "compiled_replay", "expect_region",
@@ -272,7 +273,8 @@ def replay_of_nodes(session: Session | None, graph_name: str, nodes: list,
     if planned is None:
         return None
     try:
-        return _replay(*planned, generated_kernels(nodes), origin_names(nodes), decided_by, kernel_groups(nodes))
+        grouped = kernel_groups(nodes) if applies("kernel_groups", session.options.model_rewrites) else None
+        return _replay(*planned, generated_kernels(nodes), origin_names(nodes), decided_by, grouped)
     except Exception as exc:  # noqa: BLE001 - the user's compile must go on
         log.warning("reorder: could not replay the compiled %s for its memory budget: %s: %s", graph_name,
                     type(exc).__name__, exc)

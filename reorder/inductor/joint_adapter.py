@@ -33,6 +33,7 @@ from typing import Any
 
 from ..budget.step_graph import StepGraph, StepNodeSpec, build_step_graph
 from .fx_values import nbytes, numel, size_hint
+from .rewrites import applies
 from .scratch import scratch_bytes
 
 __all__ = ["recompute_policy", "saved_names", "step_graph_from_joint"]
@@ -111,13 +112,15 @@ def _recomputable(node, op_types) -> bool:
 
 
 def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_input_indices=None,
-                          name: str = "step", inputs_are_activations: bool = False) -> StepGraph:
+                          name: str = "step", inputs_are_activations: bool = False,
+                          model_rewrites: tuple[str, ...] | None = None) -> StepGraph:
     """Our :class:`StepGraph` of AOTAutograd's joint graph (as Inductor's partitioner sees it, after its dead code
     elimination and common subexpressions).
 
     ``inputs_are_activations``: the graph's inputs that are not parameters or buffers (not in
     ``static_lifetime_input_indices``) come from an earlier compiled region of the same step, so the step owns
-    them; otherwise they are the caller's batch, live before the step.
+    them; otherwise they are the caller's batch, live before the step. ``model_rewrites``: the Inductor rewrites
+    the model mirrors (:mod:`~reorder.inductor.rewrites`; None: all), each applied here in their list's order.
     """
     import torch
     from torch._functorch.partitioners import (_extract_fwd_bwd_outputs, _is_bwd_seed_offset, _is_primal,
@@ -128,9 +131,10 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
     info = classify_nodes(joint_module, list(static_lifetime_input_indices or ()), num_fwd_outputs)
     forward_outputs, backward_outputs, _, _ = _extract_fwd_bwd_outputs(joint_module, num_fwd_outputs=num_fwd_outputs)
     op_types = get_default_op_list()
-    addmm = _backward_addmm(joint_module, info)
-    channels_last = _layout_optimised(joint_module)
-    owned = _layout_copies(joint_module) if channels_last else set()
+    channels_last = applies("layout_optimisation", model_rewrites) and _layout_optimised(joint_module)
+    owned = _layout_copies(joint_module) if channels_last and applies("layout_copies", model_rewrites) else set()
+    probes = applies("convolution_scratch", model_rewrites)
+    addmm = _backward_addmm(joint_module, info) if applies("backward_addmm", model_rewrites) else {}
     # a layout-optimised forward hands its values (and what a plain backward derives from them) over channels-last
     from_forward = frozenset()
     if channels_last:
@@ -169,7 +173,7 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
                      and product is None)
         flops = _flops(product) + numel(val) if product is not None else _flops(node)
         policy = recompute_policy(node)
-        scratch = scratch_bytes(node, channels_last=False, channels_last_values=from_forward)
+        scratch = scratch_bytes(node, channels_last=False, channels_last_values=from_forward) if probes else 0
         specs.append(StepNodeSpec(
             node.name, role, args,
             bytes=0 if view or tuple_valued else nbytes(val),
@@ -184,7 +188,7 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
             cost=0 if view or parent is not None else (flops if flops is not None else numel(val)),
             available_to_backward=info.is_required_bw(node) and node not in info.tangents_closure,
             scratch=scratch,
-            scratch_channels_last=scratch_bytes(node, channels_last=True) if channels_last else scratch,
+            scratch_channels_last=scratch_bytes(node, channels_last=True) if channels_last and probes else scratch,
             sets_channels_last=channels_last and node.target is torch.ops.aten.convolution.default,
         ))
     return build_step_graph(specs, [o.name for o in forward_outputs if isinstance(o, torch.fx.Node)],

@@ -124,7 +124,8 @@ class BudgetPartitioner(_custom_partitioner_base(), SessionBound):
         earlier = {r.digest: r for r in (session.partitions if session is not None else ()) if r.digest != digest}
         held_before = sum(r.saved_bytes for r in earlier.values())
         graph = step_graph_from_joint(gm, num_fwd_outputs, kwargs.get("static_lifetime_input_indices"), name,
-                                      inputs_are_activations=bool(earlier))
+                                      inputs_are_activations=bool(earlier),
+                                      model_rewrites=self.options.model_rewrites)
         offered = {f"inductor budget {b:g}": _saved(graph, _inductor_partition(gm, joint_inputs, kwargs, b)[0],
                                                     num_fwd_outputs) for b in INDUCTOR_BUDGETS}
         front = frontier(graph, _saved(graph, stock[0], num_fwd_outputs), held_before=held_before, offered=offered)

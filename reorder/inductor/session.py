@@ -45,6 +45,7 @@ from typing import Iterator, Sequence, Union
 
 from ..errors import ReorderError
 from ..report import format_bytes, format_table
+from .rewrites import MIRRORED
 
 __all__ = ["CacheHitRecord", "FallbackRecord", "GuardRecord", "HookOptions", "OrderRecord", "PartitionRecord", "Record",
            "Session", "SessionBound", "SlabRecord", "record_from_dict", "source_hash"]
@@ -99,6 +100,10 @@ class HookOptions:
         from an unspecialized float input its own alias of it, so that under
         ``dynamic=True`` the forward saves what a static compile saves
         (:class:`~reorder.inductor.scalar_aliases.ScalarAliases`).
+    model_rewrites: the Inductor rewrites the budget's models mirror
+        (:data:`~reorder.inductor.rewrites.REWRITES`), by name; None (the
+        default) applies all of them. Fewer is a model that knows less of
+        Inductor: for finding which rule decides a partition.
     """
 
     methods: tuple[str, ...] | None = None
@@ -113,6 +118,7 @@ class HookOptions:
     fusion_slack_fraction: float = 0.01
     memory_budget: int | float | None = None
     scalar_aliases: bool = True
+    model_rewrites: tuple[str, ...] | None = None
 
     @classmethod
     def build(cls, options: HookOptions | None = None, **fields) -> HookOptions:
@@ -129,6 +135,13 @@ class HookOptions:
         return dataclasses.replace(options, **fields) if options is not None else cls(**fields)
 
     def __post_init__(self) -> None:
+        if self.model_rewrites is not None:
+            names = (self.model_rewrites,) if isinstance(self.model_rewrites, str) else tuple(self.model_rewrites)
+            unknown = [n for n in names if n not in MIRRORED]
+            if unknown:
+                raise ReorderError(f"hook option model_rewrites={self.model_rewrites!r}: unknown {unknown}; known: "
+                                   f"{', '.join(MIRRORED)}")
+            object.__setattr__(self, "model_rewrites", tuple(n for n in MIRRORED if n in names))
         if self.methods is not None:
             if isinstance(self.methods, str):
                 raise ReorderError(f"hook option methods={self.methods!r}: give a list of method names, not a string")

@@ -1,0 +1,80 @@
+"""The Inductor rewrites our models mirror, as one ordered list: what each does, where in torch it lives, for which
+releases it is checked, and how to switch it off.
+
+A choice made before Inductor's code exists (which partition a memory budget
+keeps, which order a budgeted graph runs in) rests on a model of what
+Inductor will make of the graph. Where Inductor rewrites the graph in a way
+that changes memory, the model must rewrite it the same way; each such rule
+is one entry of :data:`REWRITES`, applied in this order by
+:func:`~reorder.inductor.joint_adapter.step_graph_from_joint` (the step
+model) and :mod:`~reorder.inductor.compiled_budget` (the model of a
+budgeted graph's code). Each entry is checked against Inductor's own code in
+the tests named by ``tested_by``: a rule that a torch release changes fails
+there, not in a user's partition.
+
+``HookOptions(model_rewrites=(...))`` keeps only the rules named (None, the
+default: all of them); a rule switched off is a model that knows less of
+Inductor, for diagnosis (which rule decides a partition), never for speed.
+The scalar aliases are a rewrite of ours, not a mirror: the hook applies
+them to the joint graph itself, and ``HookOptions.scalar_aliases`` switches
+them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["MIRRORED", "REWRITES", "Rewrite", "applies"]
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """One rule: ``name`` (what ``model_rewrites`` names), ``what`` it does to the model, the torch source it
+    ``mirrors`` (file and function), the ``releases`` it is checked for, and the test that checks it against
+    Inductor's own code (``tested_by``)."""
+
+    name: str
+    what: str
+    mirrors: str
+    releases: tuple[str, ...]
+    tested_by: str
+
+
+#: Every rule, in the order the models apply them.
+REWRITES: tuple[Rewrite, ...] = (
+    Rewrite("layout_optimisation",
+            "a program of a step with a convolution runs channels-last: its scratch and copies follow that layout",
+            "torch/_inductor/graph.py: GraphLowering.decide_layout_opt", ("2.13",),
+            "tests/test_generated_code.py (the residual CNN's compiled convolutions run channels-last: their "
+            "measured scratch in that layout makes the replay the allocator's peak)"),
+    Rewrite("layout_copies",
+            "graph inputs a convolution reads are copied to channels-last: the step owns the copies",
+            "torch/_inductor/graph.py: GraphLowering.placeholder (layout_opt) and kernel/conv.py: convolution",
+            ("2.13",), "tests/test_generated_code.py (the CNN's backward frees the forward's channels-last copies "
+            "of its weights and input, which the partition counts as owned: the replay ends where the allocator "
+            "does)"),
+    Rewrite("convolution_scratch",
+            "a convolution's own allocations while it runs, measured by running it once (oneDNN's reorders)",
+            "torch/_inductor/kernel/conv.py: convolution lowering (operands' stride orders); ATen's oneDNN kernels",
+            ("2.13",), "tests/test_scratch.py::test_a_plain_programs_operands_are_laid_out_and_copied_as_inductor_"
+            "lowers_them (strides against the generated code's)"),
+    Rewrite("backward_addmm",
+            "a backward add(mm(a, b), c) is one addmm that runs where the addition runs; of two products added, "
+            "the second argument's is folded",
+            "torch/_inductor/fx_passes/post_grad.py: the addmm patterns (add(c, mm) registered first)", ("2.13",),
+            "tests/test_budget_inductor.py::test_an_addition_of_two_products_folds_the_product_inductor_folds"),
+    Rewrite("kernel_groups",
+            "on the CPU, buffers that die inside a group of generated kernels are freed when the group is flushed",
+            "torch/_inductor/scheduler.py: Scheduler._codegen; codegen/cpp.py: CppScheduling.flush", ("2.13",),
+            "tests/test_compiled_budget.py::test_kernel_groups_free_where_the_generated_code_frees"),
+)
+
+#: The names ``HookOptions.model_rewrites`` may list.
+MIRRORED: tuple[str, ...] = tuple(r.name for r in REWRITES)
+
+
+def applies(name: str, model_rewrites: tuple[str, ...] | None) -> bool:
+    """Whether the rule ``name`` is on under ``HookOptions.model_rewrites`` (None: every rule)."""
+    if name not in MIRRORED:
+        raise KeyError(f"no rewrite named {name!r}; known: {', '.join(MIRRORED)}")
+    return model_rewrites is None or name in model_rewrites
