@@ -34,6 +34,18 @@ def test_a_budget_is_bytes_or_a_fraction_and_nothing_else(budget):
         HookOptions(memory_budget=budget)
 
 
+def test_a_budget_of_1_is_refused_for_1_0_and_numpy_numbers_are_numbers():
+    np = pytest.importorskip("numpy")
+
+    with pytest.raises(ReorderError, match=r"memory_budget=1: an int is bytes \(1 B, below any step's peak\); for a "
+                                           r"fraction of stock's estimated step peak write a float \(1.0\)"):
+        HookOptions(memory_budget=1)
+    assert HookOptions(memory_budget=np.int64(1 << 20)).memory_budget == 1 << 20
+    assert type(HookOptions(memory_budget=np.int64(1 << 20)).memory_budget) is int
+    assert HookOptions(memory_budget=np.float32(0.5)).memory_budget == 0.5
+    assert HookOptions(memory_budget=np.float64(0.5)).uuid() == HookOptions(memory_budget=0.5).uuid()
+
+
 def test_the_budget_is_part_of_the_partitioners_identity():
     assert HookOptions(memory_budget=0.5).uuid() != HookOptions(memory_budget=0.6).uuid() != HookOptions().uuid()
     with hook.use(memory_budget=0.5) as first:

@@ -35,6 +35,7 @@ import copy
 import dataclasses
 import functools
 import hashlib
+import numbers
 import os
 import itertools
 import threading
@@ -66,6 +67,10 @@ def source_hash() -> str:
     for path in sorted(package.rglob("*.py")):
         digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+#: An ``int`` budget below this many bytes is refused: it is surely a fraction written as an int (``1`` for ``1.0``).
+SMALLEST_BYTE_BUDGET = 1024
 
 
 @dataclass(frozen=True)
@@ -173,11 +178,20 @@ class HookOptions:
             raise ReorderError(f"hook option fusion_slack_fraction={self.fusion_slack_fraction!r}: "
                                f"expected a number in [0, 1)")
         budget = self.memory_budget
+        if isinstance(budget, numbers.Integral) and not isinstance(budget, bool):
+            budget = int(budget)  # a NumPy integer is bytes too
+        elif isinstance(budget, numbers.Real) and not isinstance(budget, bool):
+            budget = float(budget)
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
                                    or (isinstance(budget, int) and budget < 1)
                                    or (isinstance(budget, float) and not 0 < budget <= 1)):
             raise ReorderError(f"hook option memory_budget={budget!r}: expected bytes (an int >= 1) or a fraction "
                                f"of stock's estimated step peak (a float in (0, 1])")
+        if isinstance(budget, int) and budget < SMALLEST_BYTE_BUDGET:
+            raise ReorderError(f"hook option memory_budget={budget!r}: an int is bytes ({budget} B, below any step's "
+                               f"peak); for a fraction of stock's estimated step peak write a float "
+                               f"({float(budget)!r})")
+        object.__setattr__(self, "memory_budget", budget)
         if self.poison:
             object.__setattr__(self, "slab", True)
 
