@@ -196,9 +196,9 @@ def test_a_step_of_two_regions_is_judged_by_the_region_where_its_estimate_peaks(
 
 
 def test_a_budget_the_compiled_graphs_exceed_is_not_called_met():
-    """T5 at 0.69: the plan's estimate (46.93 MB) meets the budget (46.98 MB); the graphs Inductor compiled from it
-    replay to 48.87 MB, and the step measures 48.33 MB. The record says not met, so the row is within budget; with
-    the plan's verdict alone it was not."""
+    """T5 at 0.69: the plan's estimate (46.93 MB) meets the budget (46.98 MB); the code Inductor generated from it
+    allocates 47.93 MB (read from its lines), and the step measures 48.00 MB. The record says not met, so the row
+    is within budget; with the plan's verdict alone it was not."""
     from benchmarks.real.budget_report import budget_row
 
     cached = budget_cached("T5ForConditionalGeneration")
@@ -206,7 +206,7 @@ def test_a_budget_the_compiled_graphs_exceed_is_not_called_met():
     point = next(p for p in row.ours if p.fraction == 0.69)
     assert point.estimate <= point.budget_bytes < point.compiled_estimate and not point.feasible
     assert point.real_peak > point.budget_bytes * 1.02 and row.within_budget
-    assert all(abs(e) < 0.03 for e in row.compiled_errors())  # the replay within 3% of the real peak
+    assert all(abs(e) < 0.005 for e in row.compiled_errors())  # the generated code's replay within 0.5% of the meter
     for record in cached["variants"]["ours 0.69"]["records"]:
         if record["kind"] == "partition":
             record["feasible"], record["compiled_peak"] = True, None
