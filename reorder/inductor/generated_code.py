@@ -96,8 +96,10 @@ class AllocationEvent:
 
 @dataclass(frozen=True)
 class Replay:
-    """Bytes a :class:`GeneratedCode` holds as it runs: ``peak`` and ``end`` (both counted from ``start``, the
-    inputs it owns), and ``peak_event`` (the index of the event where the peak is reached; -1: at the start)."""
+    """Bytes a :class:`GeneratedCode` holds as it runs: ``start``, those of the inputs it owns; ``peak`` and
+    ``end``, the most it holds and what it holds when it returns, ``start`` included (``peak - start`` is what
+    the allocator measures above a call's start); ``peak_event``, the index of the event where the peak is
+    reached (-1: at the start)."""
 
     start: int
     peak: int
