@@ -9,9 +9,10 @@ post-fusion pass they set runs first and ours on its result; Inductor's own
 ``reorder_for_peak_memory`` is switched off (ours runs its three methods
 already) unless ``keep_inductor_pass``, and becomes our fallback;
 capturing turns Inductor's caches off, since a cache hit skips every
-scheduler pass and would capture nothing. ``slab=True`` also patches the
-wrapper's memory passes (:mod:`~reorder.inductor.slab`), so intermediate
-buffers become views of pools at our offsets. The fusion guard
+scheduler pass and would capture nothing. ``slab=True`` and ``memory_budget``
+also patch the wrapper's memory passes (:mod:`~reorder.inductor.codegen_hook`):
+intermediate buffers become views of pools at our offsets, and a budget is
+checked on what the generated code allocates. The fusion guard
 (``fusion_guard=True``, or a ``memory_budget`` with ``fusion_guard`` left None) sets
 ``config.inductor_choices_class`` to a factory of
 :class:`~reorder.inductor.fusion_guard.FusionGuard`. ``memory_budget`` sets
