@@ -52,8 +52,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
-__all__ = ["AllocationEvent", "GeneratedCode", "Replay", "freed_in_a_step", "is_foreign_call", "read_generated",
-           "storage_expr"]
+__all__ = ["AllocationEvent", "GeneratedCode", "Replay", "freed_in_a_step", "hint_bytes", "is_foreign_call",
+           "read_generated", "storage_expr"]
 
 #: Graph inputs the caller holds: a ``del`` in the generated code frees none of their storage.
 HELD_BY_CALLER = ("primals_", "arg", "fwd_rng_state", "bwd_rng_state")
@@ -188,7 +188,7 @@ def read_generated(lines: Sequence, graph: str) -> GeneratedCode:
 
     def sized(node) -> tuple[int, Any]:
         expr = storage_expr(node)
-        return int(V.graph.sizevars.optimization_hint(expr, fallback=0)), expr
+        return hint_bytes(expr), expr
 
     def origins(node) -> frozenset[str]:
         return frozenset(origin.name for origin in getattr(node, "origins", ()))
@@ -207,7 +207,7 @@ def read_generated(lines: Sequence, graph: str) -> GeneratedCode:
             if pool is None:
                 continue
             if isinstance(line, memory_planning.AllocFromPoolLine) and line.is_first_pool_usage:
-                nbytes = int(V.graph.sizevars.optimization_hint(pool.nbytes, fallback=0))
+                nbytes = hint_bytes(pool.nbytes)
                 events.append(AllocationEvent("allocate", pool.name, step, nbytes, expr=pool.nbytes))
             elif isinstance(line, memory_planning.DeallocFromPoolLine) and line.is_last_pool_usage:
                 events.append(AllocationEvent("free", pool.name, step))
@@ -247,6 +247,13 @@ def is_foreign_call(line: str) -> bool:
     """Whether a raw wrapper line may call code other than Inductor's kernels (which allocate nothing)."""
     text = line.strip()
     return bool(text) and "(" in text and not text.startswith(("assert", "del ", "#"))
+
+
+def hint_bytes(nbytes) -> int:
+    """Bytes at the size hints (``optimization_hint``, as Inductor sizes its own pools)."""
+    from torch._inductor.virtualized import V
+
+    return int(V.graph.sizevars.optimization_hint(nbytes, fallback=0))
 
 
 def storage_expr(node):

@@ -75,7 +75,7 @@ from ..planning.pools import ALIGNMENT, PACK_SECONDS_CAP, BufferGroup, GroupKind
 from ..planning.symbolic import StackedPlan, stack
 from ..sizes import size_expression
 from .adapter import symbol_ranges
-from .generated_code import read_generated
+from .generated_code import hint_bytes, read_generated
 from .reorder_pass import graph_being_compiled
 from .session import FallbackRecord, Session, SlabRecord, sized
 
@@ -141,11 +141,6 @@ def freed_by_graph(name: str) -> bool:
     (``primals_*``, ``arg*``, ``tangents_*``) are held by the caller; a backward's saved activations are
     dropped for good by their ``del``."""
     return not is_nonfreeable_buffers(StarDep(name))
-
-
-def hint_bytes(nbytes: sympy.Expr) -> int:
-    """Bytes at the size hints (``optimization_hint``, as Inductor sizes its own pools)."""
-    return int(V.graph.sizevars.optimization_hint(nbytes, fallback=0))
 
 
 def our_expr(nbytes: sympy.Expr, name: str):
