@@ -109,7 +109,7 @@ class EachFile:
     as usual (one line, exit 2). For a folder, a file whose work raises
     :class:`ReorderError` inside ``with each.guard(path):`` is reported at once
     as one line on stderr (``reorder: error: FILE: ...``) and in ``failed``,
-    the remaining files still run, and :attr:`status` is 2 at the end.
+    the remaining files still run, and :meth:`finish` gives exit status 2 at the end.
     """
 
     def __init__(self, files: list[Path], source: str | Path, progress: Progress | None = None):
@@ -139,9 +139,8 @@ class EachFile:
             if records is not None:
                 records.append(self.failed[-1])
 
-    @property
-    def status(self) -> int:
-        """The command's exit status: 2 if any file failed, else 0."""
+    def finish(self) -> int:
+        """The command's exit status, 2 if any file failed (said in one closing line), else 0."""
         if self.failed:
             print(f"reorder: error: {len(self.failed)} of {len(self.files)} files failed (listed above); the "
                   f"others were done", file=sys.stderr)
@@ -301,7 +300,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             records.append(estimate_record(graph_at(load_graph(f), args.at)))
     if args.json:
         print_json(records, args.file)
-        return each.status
+        return each.finish()
     records = [r for r in records if "error" not in r]
     rows = [
         (r["graph"], r["nodes"], r["buffers"], format_bytes(r["peak"]), format_bytes(r["peak_allocfree"]),
@@ -315,7 +314,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
                   f"peak of its own order at each evaluation point:")
             print(format_table(["point", "symbols", "peak"], [(label, point_text(at["point"]), format_bytes(at["peak"]))
                                                               for label, at in r["peaks_at"].items()]))
-    return each.status
+    return each.finish()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -361,7 +360,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             records.append(optimize_record(graph_at(load_graph(f), args.at), methods))
     if args.json:
         print_json(records, args.file)
-        return each.status
+        return each.finish()
     for r in (r for r in records if "error" not in r):
         base = r["methods"]["baseline"]
         print(f"{r['graph']}: {r['nodes']} nodes, lower bound {format_bytes(r['lower_bound'])}")
@@ -382,7 +381,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                  f"{r['peaks_at'][label][best] / max(r['peaks_at'][label][reference], 1) - 1:+.2%}")
                 for label, point in r["points"].items()]))
         print()
-    return each.status
+    return each.finish()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -434,7 +433,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 records.append(record)
     if args.json:
         print_json(records, args.file)
-    return each.status
+    return each.finish()
 
 
 def plan_one(path: Path, args: argparse.Namespace, methods: Sequence[str] | None) -> dict | None:
@@ -536,7 +535,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
             records.append((pack_exactly if args.exact else pack_instance)(args, load_instance(f)))
     if args.json:
         print_json(records, args.file, indent=None)
-    return each.status
+    return each.finish()
 
 
 def pack_instance(args: argparse.Namespace, inst) -> dict:
@@ -712,7 +711,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
                   f"({result.method}), slab {format_bytes(plan.slab_bytes)} (order of {method})")
             if plan.capped:
                 print(CAPPED_NOTE)
-    return each.status
+    return each.finish()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -780,7 +779,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if plots:
         (out / "demo.json").write_text(json.dumps(records, indent=1) + "\n")
         print(f"plots (live bytes per step, slab layout) and demo.json in {out}/")
-    return each.status
+    return each.finish()
 
 
 #: What the demo table's columns are.
