@@ -3,6 +3,7 @@
 ``HYPOTHESIS_PROFILE=explore`` draws fresh random examples on every run, to hunt for bugs.
 """
 
+import contextlib
 import os
 import warnings
 
@@ -17,12 +18,27 @@ warnings.filterwarnings("ignore", message="dynamo_pgo force disabled")
 
 
 @pytest.fixture
-def fresh_compiles(monkeypatch):
+def config_patch():
+    """``config_patch(module, **values)`` sets torch configuration values for one test and restores them after it.
+
+    It enters the configuration module's own ``patch``: ``monkeypatch.setattr`` cannot restore these values
+    (they live outside the module's ``__dict__``, and some are aliases of another module's, such as
+    ``force_disable_caches`` of ``torch.compiler.config``'s; newer pytest then deletes them on undo).
+    """
+    with contextlib.ExitStack() as patches:
+        def patch(module, **values):
+            patches.enter_context(module.patch(**values))
+
+        yield patch
+
+
+@pytest.fixture
+def fresh_compiles(config_patch):
     """Real compiles: Inductor's caches off, dynamo reset (every result is in the session of its compile)."""
     import torch
-    import torch._inductor.config as config
+    import torch.compiler.config
 
-    monkeypatch.setattr(config, "force_disable_caches", True)
+    config_patch(torch.compiler.config, force_disable_caches=True)
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()

@@ -13,10 +13,12 @@ from hypothesis import strategies as st
 
 from reorder import BufferSpec, InputSpec, NodeSpec, build_graph
 from reorder.graph import Kahn
+from reorder.inductor.releases import running_release
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAPHS = ROOT / "reorder" / "data" / "graphs"
-FIGURES = json.loads((GRAPHS / "torch-2.13-figures.json").read_text())
+RELEASE = running_release()
+FIGURES = json.loads((GRAPHS / f"torch-{RELEASE}-figures.json").read_text())  # the running release's figures
 GRAPH_NAMES = sorted(FIGURES)
 
 
@@ -174,7 +176,7 @@ def random_order(graph, priorities):
 
 
 __all__ = [
-    "FIGURES", "GRAPHS", "GRAPH_NAMES", "ROOT", "all_topological_orders", "build", "graph_specs",
+    "FIGURES", "GRAPHS", "GRAPH_NAMES", "RELEASE", "ROOT", "all_topological_orders", "build", "graph_specs",
     "random_order", "reference_peak",
 ]
 

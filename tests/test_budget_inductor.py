@@ -2,10 +2,12 @@
 and real compiles at three budgets (slow)."""
 
 import copy
+import dataclasses
 import functools
 import logging
 import pickle
 import re
+from unittest.mock import patch
 
 import pytest
 import torch
@@ -14,7 +16,9 @@ from torch import nn
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch.utils.checkpoint import CheckpointPolicy
 
-from reorder.inductor.rewrites import MIRRORED, REWRITES
+from reorder.inductor import rewrites
+from reorder.inductor.releases import SUPPORTED_RELEASES
+from reorder.inductor.rewrites import MIRRORED, REWRITES, applies
 from reorder.inductor.session import record_from_dict
 from reorder import inductor as hook
 from reorder.errors import ReorderError
@@ -69,11 +73,11 @@ def test_install_sets_the_partitioner_and_uninstall_restores_it():
         assert config.custom_partitioner_fn is None
 
 
-def test_a_partitioner_the_user_set_is_not_replaced(monkeypatch):
+def test_a_partitioner_the_user_set_is_not_replaced(config_patch):
     import torch._inductor.config as config
 
     users = BudgetPartitioner.__new__(BudgetPartitioner)
-    monkeypatch.setattr(config, "custom_partitioner_fn", users)
+    config_patch(config, custom_partitioner_fn=users)
     with pytest.raises(ReorderError, match="memory_budget=0.5: Inductor's partitioner is already set"):
         hook.install(memory_budget=0.5)
     assert config.custom_partitioner_fn is users and config._post_fusion_custom_pass is None  # nothing installed
@@ -287,6 +291,15 @@ def test_the_rewrites_are_one_ordered_list_each_naming_its_source_and_releases()
     assert MIRRORED == ("layout_optimisation", "layout_copies", "convolution_scratch", "backward_addmm",
                         "kernel_groups")
     assert all(r.mirrors.startswith("torch/") and r.releases and r.tested_by.startswith("tests/") for r in REWRITES)
+    # each rule names the supported releases it holds for (its test runs on each in CI) and is on only there
+    assert all(set(r.releases) <= set(SUPPORTED_RELEASES) for r in REWRITES)
+    assert all(applies(r.name, None) for r in REWRITES)  # the running release: every rule holds
+    narrowed = dataclasses.replace(REWRITES[0], releases=("2.13",))
+    with patch.object(rewrites, "REWRITES", (narrowed, *REWRITES[1:])):
+        assert applies(narrowed.name, None, "2.13") and not applies(narrowed.name, None, "2.15")
+        assert not applies(narrowed.name, None, "2.16")  # beyond the supported: the newest supported's rules
+        assert not applies(narrowed.name, ("layout_optimisation",), "2.14")
+    assert applies("kernel_groups", ("kernel_groups",), "2.16") and not applies("kernel_groups", (), "2.13")
     assert HookOptions(model_rewrites=["kernel_groups", "backward_addmm"]).model_rewrites == (
         "backward_addmm", "kernel_groups")  # in the list's order
     assert HookOptions().uuid() != HookOptions(model_rewrites=()).uuid()  # another model: another cache key

@@ -108,7 +108,7 @@ class Recorder(CustomSchedulerPass):
 
 
 @pytest.mark.slow
-def test_a_failing_pass_falls_back_to_inductors_own_after_the_users_pass(monkeypatch, caplog):
+def test_a_failing_pass_falls_back_to_inductors_own_after_the_users_pass(monkeypatch, config_patch, caplog):
     import torch._inductor.config as config
 
     def broken(*args, **kwargs):
@@ -120,7 +120,7 @@ def test_a_failing_pass_falls_back_to_inductors_own_after_the_users_pass(monkeyp
     monkeypatch.setattr(reorder_pass, "inductor_reorder", lambda nodes: inductor_runs.append(len(nodes)) or
                         real_inductor_reorder(nodes))
     user_pass = Recorder()
-    monkeypatch.setattr(config, "_post_fusion_custom_pass", user_pass)
+    config_patch(config, _post_fusion_custom_pass=user_pass)
     model, x = tiny("residual")
     model.eval()
     with caplog.at_level(logging.WARNING, logger="reorder"), hook.use() as session, torch.no_grad():
@@ -136,11 +136,11 @@ def test_a_failing_pass_falls_back_to_inductors_own_after_the_users_pass(monkeyp
     assert config._post_fusion_custom_pass is user_pass and config.reorder_for_peak_memory is True
 
 
-def test_install_composes_with_the_users_pass_and_uninstall_restores_it(monkeypatch):
+def test_install_composes_with_the_users_pass_and_uninstall_restores_it(config_patch):
     import torch._inductor.config as config
 
     user_pass = Recorder()
-    monkeypatch.setattr(config, "_post_fusion_custom_pass", user_pass)
+    config_patch(config, _post_fusion_custom_pass=user_pass)
     before = (config._post_fusion_custom_pass, config.reorder_for_peak_memory, config.force_disable_caches)
     with hook.use(methods=["lpmf"]) as outer:
         ours = config._post_fusion_custom_pass

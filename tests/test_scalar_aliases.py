@@ -98,13 +98,13 @@ def test_forward_graphs_and_scalars_not_from_float_inputs_are_left_alone():
         assert len(set(scalar_readers(gm.graph))) == 3  # three separate copies, untouched
 
 
-def test_install_appends_the_pass_after_the_users_once_and_uninstall_restores_it(monkeypatch):
+def test_install_appends_the_pass_after_the_users_once_and_uninstall_restores_it(config_patch):
     import torch._inductor.config as config
 
     def users_pass(graph):
         pass
 
-    monkeypatch.setattr(config, "joint_custom_post_pass", users_pass)
+    config_patch(config, joint_custom_post_pass=users_pass)
     with hook.use():
         passes = config.joint_custom_post_pass
         assert passes[0] is users_pass and isinstance(passes[1], ScalarAliases) and len(passes) == 2

@@ -257,11 +257,11 @@ def test_the_docs_put_the_cache_note_next_to_the_first_snippet():
 
 
 @pytest.mark.slow
-def test_a_graph_served_by_inductors_cache_is_recorded_as_such(monkeypatch, tmp_path):
+def test_a_graph_served_by_inductors_cache_is_recorded_as_such(monkeypatch, config_patch, tmp_path):
     import torch._inductor.config as config
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(config, "force_disable_caches", False)
+    config_patch(config, force_disable_caches=False)
 
     def program(x):
         return (x * 2).relu().sum(0)

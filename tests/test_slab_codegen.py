@@ -248,18 +248,21 @@ def test_compiled_once_with_dynamic_shapes_the_pools_hold_at_every_size(name, fr
             assert torch.equal(a, b), k  # bitwise; the poison never reached a live buffer
         assert peaks[k] <= stock_peaks[k], k
     assert session.fallbacks == [] and len(session.slabs) == 2
-    assert sum(r.stacked for r in session.slabs) > 0  # offsets that are expressions in the size symbols
     for record in session.slabs:  # the replay at or below stock's at every evaluation point
         assert record.peaks_at and all(at["estimated_peak"] <= at["stock_estimated_peak"]
                                        for at in record.peaks_at.values())
-    assert re.search(r"^\s*pool\d+ = empty_strided_cpu\(\(\S*s\d+", "\n".join(code), re.M)  # a symbolic pool
+    if name == "transformer":  # pools whose offsets and sizes are expressions in the size symbols. (From torch
+        # 2.15 on, the residual CNN's backward reuses its convolution outputs in place: no intermediate of a
+        # symbolic size is left to pool, so its pools are all of fixed size.)
+        assert sum(r.stacked for r in session.slabs) > 0
+        assert re.search(r"^\s*pool\d+ = empty_strided_cpu\(\(\S*s\d+", "\n".join(code), re.M)
     assert sum(c.count("slab_claim(pool") for c in code) >= sum(r.pooled for r in session.slabs)
 
 
 @pytest.mark.slow
 def test_an_unbacked_size_keeps_inductors_allocation_with_a_warning_naming_the_symbol(fresh_compiles, caplog,
-                                                                                      monkeypatch):
-    monkeypatch.setattr(torch._dynamo.config, "capture_dynamic_output_shape_ops", True)
+                                                                                      config_patch):
+    config_patch(torch._dynamo.config, capture_dynamic_output_shape_ops=True)
 
     def program(x):
         kept = x[x > 0]  # a data-dependent size: an unbacked symbol

@@ -15,7 +15,10 @@ Each (model, mode) row is one process-local run of :func:`~benchmarks.real.run.r
 (with Inductor's figures) to ``benchmarks/real/graphs/bench/<model>_<mode>/``,
 where ``python -m benchmarks.optimum`` records their optima; a cached row is not rerun
 unless ``--again``. The report (docs/real-models.md, CSV and JSON next to the
-rows, one plot per model in docs/img/real/) is rebuilt from the cache.
+rows, one plot per model in docs/img/real/) is rebuilt from the cache. Under
+another torch release than the report's (``tables.REPORT_RELEASE``), rows and
+graphs go to ``bench-torch<release>/`` instead, and the report's section
+"Across torch releases" sets them beside its own rows.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import time
 
 from .models import MODELS, SIZES
 from .report import write_report
-from .tables import GRAPHS, RESULTS
+from .tables import GRAPHS, RESULTS, release_folder
 from .variants import VARIANTS
 
 MODES = ("infer", "train")
@@ -58,14 +61,14 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown models {unknown}; known: {', '.join(MODELS)}")
     variants = VARIANTS if not args.variants else tuple(v for v in VARIANTS if v.name in args.variants.split(","))
-    folder = RESULTS / args.size
+    folder = RESULTS / release_folder(args.size)
     folder.mkdir(parents=True, exist_ok=True)
     if args.capture_only:
         from .run import capture_case
 
         for model in models:
             for mode in args.modes.split(","):
-                directory = GRAPHS.parent / args.size / f"{model}_{mode}"
+                directory = GRAPHS.parent / release_folder(args.size) / f"{model}_{mode}"
                 t0 = time.perf_counter()
                 print(f"capturing {model} {mode} ({args.size}) ...", file=sys.stderr, flush=True)
                 graphs = capture_case(model, args.size, mode, directory)
@@ -77,10 +80,11 @@ def main(argv: list[str] | None = None) -> int:
 
         run_rows([(m, mode) for m in models for mode in args.modes.split(",")], folder,
                  lambda model, mode: run_case(model, args.size, mode, variants,
-                                              capture_dir=GRAPHS.parent / args.size / f"{model}_{mode}"),
+                                              capture_dir=GRAPHS.parent / release_folder(args.size) /
+                                              f"{model}_{mode}"),
                  args.again, _merged if args.variants else None,
                  lambda row: f"real peaks {({v: r['real_peak'] for v, r in row['variants'].items()})}")
-    if args.size == "bench":
+    if folder.name == "bench":  # the report's own rows; another release's sit beside them (see the report)
         write_report(folder)
     return 0
 

@@ -22,7 +22,9 @@ would run outside its variant's context: the row counts such compiles and the re
 
 Rows are cached in ``benchmarks/real/results/budget/<model>.json`` (rerun with ``--again``); the report's
 section of docs/real-models.md and one plot per model come from the cache
-(:mod:`benchmarks.real.budget_report`).
+(:mod:`benchmarks.real.budget_report`). Under another torch release than the report's, rows go to
+``budget-torch<release>/`` instead, and the report sets them beside its own
+(:mod:`benchmarks.real.release_report`).
 """
 
 from __future__ import annotations
@@ -40,13 +42,14 @@ from typing import Callable
 
 import torch
 
+from reorder.inductor.releases import installed_version
 from reorder.inductor.session import PartitionRecord
 from reorder.measure import measure
 
 from ..variants import Variant, functorch, hooked, load_records, records_json
 from .budget_report import BUDGETS
 from .models import BATCH, MODELS, build, parameter_bytes
-from .tables import RESULTS
+from .tables import RESULTS, release_folder
 from .run import as_accurate, difference, float64_reference, step_function, tensors
 
 __all__ = ["fractions_for", "main", "refresh_records", "run_row", "variants_for"]
@@ -202,7 +205,7 @@ def refresh_records(name: str) -> list[str]:
 
     config.force_disable_caches = True
     dynamo_config.recompile_limit = dynamo_config.accumulated_recompile_limit = 1024
-    path = BUDGETS / f"{name}.json"
+    path = RESULTS / release_folder("budget") / f"{name}.json"
     row = json.loads(path.read_text())
     base, inputs = build(name, row["size"], "train")
     torch._dynamo.reset()
@@ -238,23 +241,25 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         parser.error(f"unknown models {unknown}; known: {', '.join(MODELS)}")
-    BUDGETS.mkdir(parents=True, exist_ok=True)
+    folder = RESULTS / release_folder("budget")  # the report's rows, or beside them another release's
+    folder.mkdir(parents=True, exist_ok=True)
     if args.refresh_records:
         for k, model in enumerate(models, 1):
-            if (BUDGETS / f"{model}.json").exists():
+            if (folder / f"{model}.json").exists():
                 print(f"[{k}/{len(models)}] {model}: records ...", file=sys.stderr, flush=True)
                 differ = refresh_records(model)
                 print(f"    {'same programs' if not differ else 'changed, run again with --again: ' + str(differ)}",
                       file=sys.stderr, flush=True)
     elif not args.report_only:
         for k, model in enumerate(models, 1):
-            path = BUDGETS / f"{model}.json"
+            path = folder / f"{model}.json"
             if path.exists() and not args.again:
                 continue
             print(f"[{k}/{len(models)}] {model} ...", file=sys.stderr, flush=True)
             t0 = time.perf_counter()
             row = run_row(model, points=args.points, rounds=args.rounds)
             row["seconds"] = time.perf_counter() - t0
+            row["torch"] = installed_version()
             path.write_text(json.dumps(row) + "\n")
             peaks = {name: v["real_peak"] for name, v in row["variants"].items()}
             print(f"    {row['seconds']:.0f}s  real peaks {peaks}", file=sys.stderr, flush=True)
@@ -263,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     from .tables import write_between_markers
 
     write_report(RESULTS / "bench")
-    write_between_markers("budget-table", inductor_table())
+    if folder == BUDGETS:
+        write_between_markers("budget-table", inductor_table())
     return 0
 
 

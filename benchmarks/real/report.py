@@ -26,6 +26,7 @@ from reorder.inductor.session import FallbackRecord, GuardRecord, OrderRecord, S
 from ..variants import load_records
 from .budget_report import budget_section
 from .dynamic_report import dynamic_section
+from .release_report import releases_section
 from .tables import DOC, GAP, GRAPHS, IMAGES, ROOT, Column, largest_estimate, left, markdown, records_of
 
 #: PyTorch PR #134874's table lists these models; ours is set beside it.
@@ -476,6 +477,7 @@ def write_report(folder: Path) -> None:
             lines.append("")
     lines += full_depth_section(folder.parent / "full")
     lines += dynamic_section()
+    lines += releases_section()
     lines += ["## Pictures", ""]
     for row in rows:
         if row["mode"] == "train":

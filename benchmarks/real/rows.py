@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from reorder.inductor.releases import installed_version
+
 __all__ = ["run_rows"]
 
 
@@ -15,7 +17,7 @@ def run_rows(cases: Sequence[tuple[str, str]], folder: Path, run: Callable[[str,
              merge: Callable[[dict, dict], dict] | None = None, describe: Callable[[dict], str] = lambda row: ""
              ) -> None:
     """Run each ``(model, mode)`` case whose row ``folder/<model>_<mode>.json`` is not cached (every case with
-    ``again``) and write the row, with its ``seconds``. ``merge(cached, new)`` combines a rerun with the row
+    ``again``) and write the row, with its ``seconds`` and the ``torch`` version it ran under. ``merge(cached, new)`` combines a rerun with the row
     already cached, where there is one. Progress on stderr: a line as a row starts, one as it ends (with
     ``describe(row)``)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -27,6 +29,7 @@ def run_rows(cases: Sequence[tuple[str, str]], folder: Path, run: Callable[[str,
         print(f"[{k}/{len(cases)}] {model} {mode} ...", file=sys.stderr, flush=True)
         row = run(model, mode)
         row["seconds"] = time.perf_counter() - t0
+        row["torch"] = installed_version()
         if merge is not None and path.exists():
             row = merge(json.loads(path.read_text()), row)
         path.write_text(json.dumps(row) + "\n")

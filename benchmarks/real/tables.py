@@ -16,14 +16,27 @@ from typing import Any, Callable, Sequence
 
 from reorder.inductor.session import OrderRecord, Record
 
-__all__ = ["DOC", "GAP", "GRAPHS", "IMAGES", "RESULTS", "ROOT", "Column", "largest_estimate", "left", "markdown",
-           "records_of", "write_between_markers"]
+__all__ = ["DOC", "GAP", "GRAPHS", "IMAGES", "REPORT_RELEASE", "RESULTS", "ROOT", "Column", "largest_estimate",
+           "left", "markdown", "records_of", "release_folder", "write_between_markers"]
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GRAPHS = Path(__file__).resolve().parent / "graphs" / "bench"
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "real-models.md"
 IMAGES = ROOT / "docs" / "img" / "real"
+
+#: The torch release (major.minor) the report's main tables were measured under.
+REPORT_RELEASE = "2.13"
+
+
+def release_folder(size: str) -> str:
+    """The name of the results (and captured graphs) folder of ``size`` under the running torch release:
+    ``size`` itself under :data:`REPORT_RELEASE`, ``<size>-torch<release>`` under another, so that a run
+    under another release sits beside the report's rows instead of replacing them."""
+    from reorder.inductor.releases import running_release
+
+    release = running_release()
+    return size if release == REPORT_RELEASE else f"{size}-torch{release}"
 
 
 def write_between_markers(name: str, lines: list[str], doc: Path = ROOT / "docs" / "measured.md") -> None:

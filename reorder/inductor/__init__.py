@@ -23,14 +23,20 @@ Typical use::
     print(session.summary())
 """
 
+import logging
+
 from .adapter import graph_from_scheduler
 from .fusion_guard import FusionGuard
 from .install import install, uninstall, use
 from .partitioner import BudgetPartitioner
+from .releases import SUPPORTED_RELEASES, hook_refusal
 from .reorder_pass import ReorderPass
 from .session import (CacheHitRecord, FallbackRecord, GuardRecord, HookOptions, OrderRecord, PartitionRecord, Session,
                       SlabRecord)
 
-__all__ = ["BudgetPartitioner", "CacheHitRecord", "FallbackRecord", "FusionGuard", "GuardRecord", "HookOptions",
+__all__ = ["SUPPORTED_RELEASES", "BudgetPartitioner", "CacheHitRecord", "FallbackRecord", "FusionGuard", "GuardRecord", "HookOptions",
            "OrderRecord", "PartitionRecord", "ReorderPass", "Session", "SlabRecord", "graph_from_scheduler", "install",
            "uninstall", "use"]
+
+if (_refusal := hook_refusal()) is not None:  # said once at import, and again at each use()
+    logging.getLogger("reorder").warning("reorder: %s", _refusal)

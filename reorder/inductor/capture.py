@@ -1,7 +1,7 @@
 """Writing the graphs a compile goes through: torch's simulator JSON plus Inductor's figures.
 
 The files (``<graph>.json`` and ``inductor-figures.json``, in the layout of
-the bundled ``torch-2.13-figures.json``) are what ``reorder optimize`` and
+the bundled ``torch-<release>-figures.json``) are what ``reorder optimize`` and
 the benchmark suite read offline. A graph whose sizes have size symbols
 (compiled with dynamic shapes) is written in the library's own format
 instead, which keeps the expressions, the hints and the symbols' ranges
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..graph import Graph
 from ..io import graph_to_dict, graph_to_simulator
-from .figures import INDUCTOR_METHODS
+from .figures import figures_record
 
 __all__ = ["write_capture"]
 
@@ -31,10 +31,6 @@ def write_capture(folder: Path, name: str, graph: Graph, figures: dict | None) -
         return path
     index = folder / "inductor-figures.json"
     data = json.loads(index.read_text()) if index.exists() else {}
-    data[stem] = {
-        "peak": {("baseline" if k == "baseline" else f"topological_sort_{k}"): v for k, v in figures["peak"].items()},
-        "peak_allocfree_baseline": figures["peak_allocfree_baseline"],
-        "orders": {f"topological_sort_{m}": graph.names_of(figures["orders"][m]) for m in INDUCTOR_METHODS},
-    }
+    data[stem] = figures_record(graph, figures)
     index.write_text(json.dumps(data, indent=1) + "\n")
     return path

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 from ..graph import Graph
 
-__all__ = ["INDUCTOR_METHODS", "TorchReference", "inductor_figures", "torch_reference"]
+__all__ = ["INDUCTOR_METHODS", "TorchReference", "figures_record", "inductor_figures", "torch_reference"]
 
 INDUCTOR_METHODS = ("lpmf", "bfs", "dfs")
 
@@ -118,6 +118,15 @@ class TorchReference:
                 result["orders"][name] = order
         return result
 
+    def figures(self) -> dict:
+        """:meth:`run_all` under the configured LPMF threshold, with the alloc/free model's baseline peak
+        (``peak_allocfree_baseline``): every figure Inductor's ``memory.py`` gives for the graph."""
+        from torch._inductor import config
+
+        figures = self.run_all(config.size_threshold_for_succ_based_strategy)
+        figures["peak_allocfree_baseline"] = self.estimate_allocfree()
+        return figures
+
 
 def torch_reference(graph: Graph) -> TorchReference:
     """Build stand-ins for ``graph`` with torch's own planning-info records."""
@@ -174,9 +183,22 @@ def inductor_figures(graph: Graph, nodes: list, state) -> dict:
     so the same :class:`TorchReference` that drives stand-ins in tests drives
     them here, under the user's LPMF threshold.
     """
-    from torch._inductor import config
-
     reference = TorchReference(graph, nodes, state.freeable, state.name_to_buf, state.graph_outputs)
-    figures = reference.run_all(config.size_threshold_for_succ_based_strategy)
-    figures["peak_allocfree_baseline"] = reference.estimate_allocfree()
-    return figures
+    return reference.figures()
+
+
+def figures_record(graph: Graph, figures: dict) -> dict:
+    """``figures`` (as :meth:`TorchReference.figures` gives them) in the layout of the figures files: the
+    capture folder's ``inductor-figures.json`` and the bundled ``torch-<release>-figures.json``.
+
+    Peaks are keyed ``baseline`` and ``topological_sort_<method>`` as torch names its functions, orders are
+    node names, and ``torch_version`` says which release's ``memory.py`` gave them.
+    """
+    from .releases import installed_version
+
+    return {
+        "torch_version": installed_version(),
+        "peak": {("baseline" if k == "baseline" else f"topological_sort_{k}"): v for k, v in figures["peak"].items()},
+        "peak_allocfree_baseline": figures["peak_allocfree_baseline"],
+        "orders": {f"topological_sort_{m}": graph.names_of(figures["orders"][m]) for m in INDUCTOR_METHODS},
+    }

@@ -41,9 +41,10 @@ from .adapter import fx_graph_cache_hits
 from .codegen_hook import install_codegen, uninstall_codegen
 from .fusion_guard import choices_factory, forget_cached_choices, users_choices_handler
 from .partitioner import BudgetPartitioner
+from .releases import hook_refusal
 from .reorder_pass import ReorderPass
 from .scalar_aliases import ScalarAliases
-from .session import HookOptions, Session
+from .session import FallbackRecord, HookOptions, Session
 
 __all__ = ["install", "uninstall", "use"]
 
@@ -56,10 +57,12 @@ _KEYS = ("_post_fusion_custom_pass", "reorder_for_peak_memory", "force_disable_c
 
 @dataclass(frozen=True)
 class _Installation:
-    """One :func:`install` not yet undone: its session and the settings it replaced."""
+    """One :func:`install` not yet undone: its session and the settings it replaced (none where the hook stayed
+    off under an unsupported torch release)."""
 
     session: Session
     config: dict
+    hooked: bool = True
 
 
 #: This context's installations, innermost last.
@@ -77,11 +80,24 @@ def install(options: HookOptions | None = None, **fields) -> Session:
     replace a choices class the user already set (the guard a memory budget
     turns on by itself gives way to it, with a warning), and ``memory_budget``
     a partitioner (``config.custom_partitioner_fn``) the user already set.
+
+    Under a torch release the hook is not tested with
+    (:mod:`~reorder.inductor.releases`) it changes nothing: it logs one
+    warning, and the session holds one :class:`FallbackRecord` (stage
+    ``"install"``) that says why.
     """
+    options = HookOptions.build(options, **fields)
+    refusal = hook_refusal()
+    if refusal is not None:
+        log.warning("reorder: %s", refusal)
+        session = Session(options)
+        session.add(FallbackRecord(graph="every graph", stage="install", reason=refusal))
+        _installed.set((*_installed.get(), _Installation(session, {}, hooked=False)))
+        return session
+
     from torch._inductor import config
     from torch._inductor.custom_graph_pass import get_custom_graph_passes
 
-    options = HookOptions.build(options, **fields)
     saved = {key: getattr(config, key) for key in _KEYS}
     users_choices = saved["inductor_choices_class"] or users_choices_handler()
     guard = options.guards_fusions
@@ -128,19 +144,20 @@ def uninstall() -> Session | None:
     The session records the FX graph cache hits of its compiles and then
     takes no more records. Without an installation this does nothing.
     """
-    from torch._inductor import config
-
     installed = _installed.get()
     if not installed:
         return None
     last = installed[-1]
     _installed.set(installed[:-1])
-    if last.session.options.slab or last.session.options.memory_budget is not None:
-        uninstall_codegen()
-    for key, value in last.config.items():
-        setattr(config, key, value)
-    forget_cached_choices()
-    last.session.note_cache_hits(fx_graph_cache_hits())
+    if last.hooked:
+        from torch._inductor import config
+
+        if last.session.options.slab or last.session.options.memory_budget is not None:
+            uninstall_codegen()
+        for key, value in last.config.items():
+            setattr(config, key, value)
+        forget_cached_choices()
+        last.session.note_cache_hits(fx_graph_cache_hits())
     last.session.close()
     return last.session
 

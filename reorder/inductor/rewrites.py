@@ -40,32 +40,35 @@ class Rewrite:
     tested_by: str
 
 
+#: The releases a rule that none of them changed holds for.
+THROUGH_2_15 = ("2.13", "2.14", "2.15")
+
 #: Every rule, in the order the models apply them.
 REWRITES: tuple[Rewrite, ...] = (
     Rewrite("layout_optimisation",
             "a program of a step with a convolution runs channels-last: its scratch and copies follow that layout",
-            "torch/_inductor/graph.py: GraphLowering.decide_layout_opt", ("2.13",),
+            "torch/_inductor/graph.py: GraphLowering.decide_layout_opt", THROUGH_2_15,
             "tests/test_generated_code.py (the residual CNN's compiled convolutions run channels-last: their "
             "measured scratch in that layout makes the replay the allocator's peak)"),
     Rewrite("layout_copies",
             "graph inputs a convolution reads are copied to channels-last: the step owns the copies",
             "torch/_inductor/graph.py: GraphLowering.placeholder (layout_opt) and kernel/conv.py: convolution",
-            ("2.13",), "tests/test_generated_code.py (the CNN's backward frees the forward's channels-last copies "
+            THROUGH_2_15, "tests/test_generated_code.py (the CNN's backward frees the forward's channels-last copies "
             "of its weights and input, which the partition counts as owned: the replay ends where the allocator "
             "does)"),
     Rewrite("convolution_scratch",
             "a convolution's own allocations while it runs, measured by running it once (oneDNN's reorders)",
             "torch/_inductor/kernel/conv.py: convolution lowering (operands' stride orders); ATen's oneDNN kernels",
-            ("2.13",), "tests/test_scratch.py::test_a_plain_programs_operands_are_laid_out_and_copied_as_inductor_"
+            THROUGH_2_15, "tests/test_scratch.py::test_a_plain_programs_operands_are_laid_out_and_copied_as_inductor_"
             "lowers_them (strides against the generated code's)"),
     Rewrite("backward_addmm",
             "a backward add(mm(a, b), c) is one addmm that runs where the addition runs; of two products added, "
             "the second argument's is folded",
-            "torch/_inductor/fx_passes/post_grad.py: the addmm patterns (add(c, mm) registered first)", ("2.13",),
+            "torch/_inductor/fx_passes/post_grad.py: the addmm patterns (add(c, mm) registered first)", THROUGH_2_15,
             "tests/test_budget_inductor.py::test_an_addition_of_two_products_folds_the_product_inductor_folds"),
     Rewrite("kernel_groups",
             "on the CPU, buffers that die inside a group of generated kernels are freed when the group is flushed",
-            "torch/_inductor/scheduler.py: Scheduler._codegen; codegen/cpp.py: CppScheduling.flush", ("2.13",),
+            "torch/_inductor/scheduler.py: Scheduler._codegen; codegen/cpp.py: CppScheduling.flush", THROUGH_2_15,
             "tests/test_compiled_budget.py::test_kernel_groups_free_where_the_generated_code_frees"),
 )
 
@@ -73,8 +76,23 @@ REWRITES: tuple[Rewrite, ...] = (
 MIRRORED: tuple[str, ...] = tuple(r.name for r in REWRITES)
 
 
-def applies(name: str, model_rewrites: tuple[str, ...] | None) -> bool:
-    """Whether the rule ``name`` is on under ``HookOptions.model_rewrites`` (None: every rule)."""
-    if name not in MIRRORED:
+def applies(name: str, model_rewrites: tuple[str, ...] | None, release: str | None = None) -> bool:
+    """Whether the rule ``name`` is on under ``HookOptions.model_rewrites`` (None: every rule) and the torch
+    ``release`` (default: the running one's major.minor).
+
+    A rule is on under the supported releases it names: where a release changes
+    what Inductor does, its rule names the releases it still holds for, and a
+    new rule the others. Under a release outside
+    :data:`~reorder.inductor.releases.SUPPORTED_RELEASES` (the hook forced on
+    with ``REORDER_ANY_TORCH=1``) the rules of the newest supported release
+    apply.
+    """
+    from .releases import SUPPORTED_RELEASES, running_release
+
+    rule = next((r for r in REWRITES if r.name == name), None)
+    if rule is None:
         raise KeyError(f"no rewrite named {name!r}; known: {', '.join(MIRRORED)}")
-    return model_rewrites is None or name in model_rewrites
+    release = running_release() if release is None else release
+    if release not in SUPPORTED_RELEASES:
+        release = SUPPORTED_RELEASES[-1]
+    return release in rule.releases and (model_rewrites is None or name in model_rewrites)

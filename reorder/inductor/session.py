@@ -433,7 +433,7 @@ class PartitionRecord(_Record):
 @dataclass(frozen=True)
 class FallbackRecord(_Record):
     """A graph where ``stage`` (``"order"``, ``"slab"``, ``"guard"`` or ``"partition"``) kept Inductor's own
-    behaviour, and why."""
+    behaviour, and why; stage ``"install"``: the hook stayed off for every graph (an unsupported torch release)."""
 
     graph: str
     stage: str
@@ -665,7 +665,7 @@ class Session:
         if self.cache_hits:
             lines.append(f"{self.cache_hits} graph(s) came from Inductor's FX graph cache (compiled before with "
                          f"these options): no pass of ours ran and they have no records here; to run the passes, "
-                         f"set torch._inductor.config.force_disable_caches = True before compiling")
+                         f"set torch.compiler.config.force_disable_caches = True before compiling")
         if not lines:
             lines.append(NOTHING_COMPILED)
         return "\n".join(lines)

@@ -1,0 +1,129 @@
+"""The real-model rows under each torch release side by side: the report's section "Across torch releases".
+
+``python -m benchmarks.real`` writes its rows under the running release's
+folder (:func:`~benchmarks.real.tables.release_folder`): ``results/bench`` for
+the report's own release, ``results/bench-torch2.15`` for 2.15. This section
+sets every row measured under another release beside the report's row of the
+same model and mode: each variant's real peak under both, and the change. A
+change of more than :data:`NOTABLE` is a row a reader must be told about: its
+cause, found by reading both releases' generated code, is in :data:`CAUSES`,
+and a notable change without a cause is listed as unexplained.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .tables import REPORT_RELEASE, RESULTS
+
+__all__ = ["CAUSES", "NOTABLE", "compared_rows", "releases_section"]
+
+#: A relative change of a real peak between releases that needs its cause stated.
+NOTABLE = 0.01
+
+#: Why a release changes a row's real peaks by more than :data:`NOTABLE`, by (release, benchmark, model, mode):
+#: benchmark "bench" (the main table) or "budget" (whose rows have mode "train").
+CAUSES: dict[tuple[str, str, str, str], str] = {}
+
+#: The main table's variants, in its column order.
+VARIANTS = ("eager", "stock", "hook", "slab", "guard", "memory_planning")
+
+
+def _rows(folder: Path) -> dict[tuple[str, str], dict]:
+    rows = {}
+    for path in sorted(folder.glob("*.json")):
+        row = json.loads(path.read_text())
+        if isinstance(row, dict) and "variants" in row:
+            rows[(row["model"], row.get("mode", "train"))] = row
+    return rows
+
+
+def compared_rows(name: str = "bench", results: Path = RESULTS) -> dict[str, list[dict]]:
+    """For each other release with rows in ``results/<name>-torch<release>``: ``{"model", "mode", "peaks":
+    {variant: (ours, theirs)}, "largest_change", "changed_most"}`` per row measured under both (``ours``: the
+    report's release, ``results/<name>``; variants measured under both, in the report's row's order)."""
+    base = _rows(results / name)
+    compared = {}
+    for folder in sorted(results.glob(f"{name}-torch*")):
+        release = folder.name.removeprefix(f"{name}-torch")
+        rows = []
+        for key, row in _rows(folder).items():
+            if key not in base:
+                continue
+            peaks = {v: (measured["real_peak"], row["variants"][v]["real_peak"])
+                     for v, measured in base[key]["variants"].items() if v in row["variants"]}
+            changes = {v: abs(new - old) / old for v, (old, new) in peaks.items() if old}
+            changed_most = max(changes, key=changes.get, default=None)
+            rows.append({"model": key[0], "mode": key[1], "peaks": peaks,
+                         "largest_change": changes.get(changed_most, 0.0), "changed_most": changed_most})
+        compared[release] = rows
+    return compared
+
+
+def _cell(pair: tuple[int, int] | None) -> str:
+    if pair is None:
+        return ""
+    old, new = pair
+    change = (new - old) / old * 100 if old else 0.0
+    return f"{old / 1e6:.2f} → {new / 1e6:.2f} ({change:+.1f}%)" if new != old else f"{old / 1e6:.2f} (same)"
+
+
+def _lowest(peaks: dict[str, tuple[int, int]], prefix: str) -> tuple[int, int] | None:
+    """The lowest real peak of the variants named ``prefix ...`` under each release."""
+    pairs = [pair for v, pair in peaks.items() if v.startswith(prefix + " ")]
+    return (min(p[0] for p in pairs), min(p[1] for p in pairs)) if pairs else None
+
+
+def _main_table(rows: list[dict]) -> list[str]:
+    shown = [v for v in VARIANTS if any(v in r["peaks"] for r in rows)]
+    lines = ["| model | mode | " + " | ".join(shown) + " |", "|---|---|" + "---|" * len(shown)]
+    lines += [f"| {r['model']} | {r['mode']} | " + " | ".join(_cell(r["peaks"].get(v)) for v in shown) + " |"
+              for r in rows]
+    return lines
+
+
+def _budget_table(rows: list[dict]) -> list[str]:
+    lines = ["| model | points | same to the byte | stock | ours, lowest | Inductor's, lowest |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        same = sum(old == new for old, new in r["peaks"].values())
+        lines.append(f"| {r['model']} | {len(r['peaks'])} | {same} | {_cell(r['peaks'].get('stock'))} | "
+                     f"{_cell(_lowest(r['peaks'], 'ours'))} | {_cell(_lowest(r['peaks'], 'inductor'))} |")
+    return lines
+
+
+def _explained(release: str, name: str, rows: list[dict]) -> list[str]:
+    notable = [r for r in rows if r["largest_change"] > NOTABLE]
+    same = sum(r["largest_change"] == 0 for r in rows)
+    lines = ["", f"{len(rows)} rows measured under both; {same} with every real peak the same to the byte, "
+             f"{len(notable)} with a change above {NOTABLE:.0%}."]
+    for r in notable:
+        cause = CAUSES.get((release, name, r["model"], r["mode"]), "not explained yet")
+        lines.append(f"- **{r['model']} {r['mode']}** (up to {r['largest_change']:.1%}, {r['changed_most']}): "
+                     f"{cause}")
+    return [*lines, ""]
+
+
+def releases_section(results: Path = RESULTS) -> list[str]:
+    """The section's markdown lines: the main table's and the budget section's rows under each other release
+    beside the report's own (none where no other release's rows are cached)."""
+    main, budget = compared_rows("bench", results), compared_rows("budget", results)
+    if not any(main.values()) and not any(budget.values()):
+        return []
+    lines = ["## Across torch releases", "",
+             f"The rows above were measured under torch {REPORT_RELEASE}. The tables below are the same benchmarks "
+             f"run under another release, in a virtual environment with that torch (`python -m benchmarks.real` "
+             f"and `python -m benchmarks.real.budget`; rows in `benchmarks/real/results/bench-torch<release>/` and "
+             f"`budget-torch<release>/`): real allocated peaks (MB) under {REPORT_RELEASE} → under that release. "
+             f"A change above {NOTABLE:.0%} is explained below its table.", ""]
+    for release in sorted({*main, *budget}):
+        if main.get(release):
+            lines += [f"### Main table: torch {release} beside {REPORT_RELEASE}", "", *_main_table(main[release]),
+                      *_explained(release, "bench", main[release])]
+        if budget.get(release):
+            lines += [f"### Memory budget: torch {release} beside {REPORT_RELEASE}", "",
+                      "Every fraction both releases ran (ours and Inductor's `activation_memory_budget`); the lowest "
+                      "real peak of each over those points.", "", *_budget_table(budget[release]),
+                      *_explained(release, "budget", budget[release])]
+    return lines
