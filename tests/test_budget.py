@@ -90,6 +90,28 @@ def test_an_invalid_partition_is_refused_naming_the_node():
         partition_of(graph, graph.ids(["a", "b", "c"]))
 
 
+def test_size_symbols_reach_the_backward_at_no_cost_whatever_is_saved():
+    """Under ``dynamic=True`` a batch size is a SymInt primal, and ops on it are SymInt nodes: Inductor hands
+    every size the backward reads to it beside the saved tensors, so no partition has to save them."""
+    graph = build_step_graph([
+        StepNodeSpec("n", "primal", size_symbol=True),  # the batch size
+        StepNodeSpec("x", "primal", bytes=400),
+        StepNodeSpec("a", "forward", ["x", "n"], bytes=400, cost=1000),
+        StepNodeSpec("loss", "forward", ["a"], bytes=4, cost=100),
+        StepNodeSpec("m", "forward", ["n"], size_symbol=True),  # n * 64: a size the backward's view reads
+        StepNodeSpec("t", "tangent", bytes=4),
+        StepNodeSpec("ga", "backward", ["t", "m"], bytes=400, cost=400),
+        StepNodeSpec("gx", "backward", ["ga", "a", "n"], bytes=400, cost=1000),
+    ], ["loss"], ["gx"])
+    stock = partition_of(graph, graph.ids(["a"]))  # Inductor's saved tensors, its sizes left out
+    assert sorted(graph.node_names[v] for v in stock.saved) == ["a", "m", "n"]
+    assert stock.recomputed == () and stock.saved_bytes == 400
+    assert graph.ids(["m"])[0] in stock.forward  # the forward computes the size it hands over
+    cheapest = cheapest_partition(graph, Fraction(0))
+    assert sorted(graph.node_names[v] for v in cheapest.saved) == ["m", "n", "x"]
+    assert [graph.node_names[v] for v in cheapest.recomputed] == ["a"]
+
+
 def test_the_price_moves_the_cut_from_saving_to_recomputing():
     graph = chain()
     names = lambda p: sorted(graph.node_names[v] for v in p.saved)  # noqa: E731

@@ -60,9 +60,11 @@ def partition_of(graph: StepGraph, saved: Iterable[int]) -> Partition:
     The backward runs the ancestors of the gradients, stopping at saved
     values and tangents; a primal it reaches must be saved (it is the
     forward's input, not the backward's), and a forward node it reaches is
-    recomputed, which its flags must allow. The forward runs the ancestors
-    of its outputs and of the saved values. Values in ``saved`` that the
-    backward does not read are dropped, as Inductor drops them.
+    recomputed, which its flags must allow. A size symbol it reaches is
+    saved whatever ``saved`` says, at no cost (Inductor hands the backward
+    every size it needs). The forward runs the ancestors of its outputs and
+    of the saved values. Values in ``saved`` that the backward does not read
+    are dropped, as Inductor drops them.
     """
     saved_set = set(saved)
     n = graph.num_nodes
@@ -71,6 +73,9 @@ def partition_of(graph: StepGraph, saved: Iterable[int]) -> Partition:
     while stack:
         v = stack.pop()
         if in_backward[v] or graph.role[v] == "tangent":
+            continue
+        if graph.size_symbol[v] and graph.role[v] != "backward":
+            saved_set.add(v)
             continue
         if graph.role[v] == "primal":
             raise ReorderError(f"partition of {graph.name!r}: the backward reads primal "

@@ -27,6 +27,10 @@ nothing of torch: nodes in the joint graph's order, each with
   one per element written for the others);
 * ``available_to_backward``: Inductor requires the backward to have it
   (a backward output that reads no tangent), computed in either graph;
+* ``size_symbol``: its value is a symbolic size (a ``SymInt`` under dynamic
+  shapes: a primal such as a batch size, or an op on such sizes), which the
+  backward may read at no cost: Inductor hands every size the backward needs
+  to it beside the saved tensors, whatever the partition;
 * ``owned`` (primals only): the step holds this input's bytes itself: a
   copy Inductor makes in another layout before using it (channels-last for
   convolutions), or an activation an earlier compiled region of the step
@@ -71,6 +75,7 @@ class StepNodeSpec:
     saveable: bool = True
     cost: int = 0
     available_to_backward: bool = False
+    size_symbol: bool = False
     owned: bool = False
     scratch: int = 0
     scratch_channels_last: int = 0
@@ -98,6 +103,7 @@ class StepGraph:
     saveable: tuple[bool, ...]
     cost: tuple[int, ...]
     available_to_backward: tuple[bool, ...]
+    size_symbol: tuple[bool, ...]
     owned: tuple[bool, ...]
     scratch: tuple[int, ...]
     scratch_channels_last: tuple[int, ...]
@@ -204,6 +210,7 @@ def build_step_graph(nodes: Sequence[StepNodeSpec], forward_outputs: Iterable[st
         saveable=tuple(bool(s.saveable) for s in nodes),
         cost=tuple(int(s.cost) for s in nodes),
         available_to_backward=tuple(bool(s.available_to_backward) for s in nodes),
+        size_symbol=tuple(bool(s.size_symbol) for s in nodes),
         owned=tuple(bool(s.owned) for s in nodes),
         scratch=tuple(int(s.scratch) for s in nodes),
         scratch_channels_last=tuple(int(s.scratch_channels_last) for s in nodes),

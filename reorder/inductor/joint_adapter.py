@@ -155,7 +155,7 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
         if node.op == "placeholder":
             tangent = _is_tangent(node) or _is_bwd_seed_offset(node) or not _is_primal(node)
             specs.append(StepNodeSpec(node.name, "tangent" if tangent else "primal", bytes=nbytes(val),
-                                      owned=node in owned))
+                                      owned=node in owned, size_symbol=isinstance(val, torch.SymInt)))
             continue
         if node.op != "call_function":  # get_attr: constants the module holds
             specs.append(StepNodeSpec(node.name, "primal"))
@@ -187,6 +187,7 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
             and policy not in (CheckpointPolicy.MUST_RECOMPUTE, CheckpointPolicy.PREFER_RECOMPUTE),
             cost=0 if view or parent is not None else (flops if flops is not None else numel(val)),
             available_to_backward=info.is_required_bw(node) and node not in info.tangents_closure,
+            size_symbol=isinstance(val, torch.SymInt),
             scratch=scratch,
             scratch_channels_last=scratch_bytes(node, channels_last=True) if channels_last and probes else scratch,
             sets_channels_last=channels_last and node.target is torch.ops.aten.convolution.default,

@@ -218,8 +218,9 @@ def _min_cut_with_policies(gm, joint_inputs, kwargs: dict, graph, partition) -> 
     recomputed |= {graph.node_names[v] for v in partition.backward if graph.role[v] == "either"}
     forward = {graph.node_names[v] for v in partition.forward}
     marked = []
-    for node in gm.graph.nodes:
-        if node.op != "call_function" or recompute_policy(node) is not None:
+    symbols = {graph.node_names[v] for v in range(graph.num_nodes) if graph.size_symbol[v]}
+    for node in gm.graph.nodes:  # sizes are Inductor's to hand over, as it always does
+        if node.op != "call_function" or recompute_policy(node) is not None or node.name in symbols:
             continue
         if node.name in recomputed:
             node.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
