@@ -7,6 +7,9 @@ arrays :func:`reorder.build_graph` derives, so they check the derivation too.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from hypothesis import strategies as st
@@ -16,6 +19,7 @@ from reorder.graph import Kahn
 from reorder.inductor.releases import running_release
 
 ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
 GRAPHS = ROOT / "reorder" / "data" / "graphs"
 RELEASE = running_release()
 FIGURES = json.loads((GRAPHS / f"torch-{RELEASE}-figures.json").read_text())  # the running release's figures
@@ -176,8 +180,8 @@ def random_order(graph, priorities):
 
 
 __all__ = [
-    "FIGURES", "GRAPHS", "GRAPH_NAMES", "RELEASE", "ROOT", "all_topological_orders", "build", "graph_specs",
-    "random_order", "reference_peak",
+    "FIGURES", "GRAPHS", "GRAPH_NAMES", "RELEASE", "ROOT", "TESTS", "all_topological_orders", "build", "graph_specs",
+    "in_fresh_process", "random_order", "reference_peak",
 ]
 
 
@@ -211,3 +215,14 @@ def assert_close_to_eager(actual, expected, what: str = "tensor", rtol: float = 
     scale = float(expected.detach().abs().max()) if expected.numel() else 0.0
     torch.testing.assert_close(actual, expected, rtol=rtol, atol=rtol * max(scale, 1e-12),
                                msg=lambda m: f"{what}: {m}")
+
+
+def in_fresh_process(module: str, function: str, *args) -> None:
+    """Run ``module.function(*args)`` (a module of tests/) in a fresh Python process, as a user's program runs;
+    fail with the end of its output if it fails. For a compile whose result Dynamo's state from earlier tests
+    in the same process can change."""
+    code = f"import {module}; {module}.{function}(*{args!r})"
+    path = os.pathsep.join([str(TESTS), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=900,
+                            env={**os.environ, "PYTHONPATH": path})
+    assert result.returncode == 0, f"{module}.{function}{args!r} failed:\n{result.stdout[-2000:]}{result.stderr[-4000:]}"

@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from helpers import assert_close_to_eager, tiny_model as tiny
+from helpers import assert_close_to_eager, in_fresh_process, tiny_model as tiny
 from reorder import inductor as hook
 from reorder.errors import SlabCheckError
 from reorder.inductor import slab
@@ -219,11 +219,23 @@ def resized(name: str, x: torch.Tensor, factor: int) -> torch.Tensor:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["residual", "transformer"])
-def test_compiled_once_with_dynamic_shapes_the_pools_hold_at_every_size(name, fresh_compiles):
+def test_compiled_once_with_dynamic_shapes_the_pools_hold_at_every_size(name):
     """One compile with ``dynamic=True``, three sizes: pools whose offsets are expressions in the size symbols,
     poison mode checking every claim, outputs and gradients bitwise equal to stock's at each size, real peaks at
-    or below stock's, and no more compiles than stock."""
+    or below stock's, and no more compiles than stock.
+
+    In a process of its own, as a user's program compiles: under torch 2.14, in a process that earlier ran some
+    of the slab runtime's tests, Dynamo compiles this block's forward with 10 KB more saved (stock's and ours
+    alike, 43,264 B against 33,152 B in Inductor's estimate), and stock's compile and ours then differ in the
+    real peak by a few KB."""
+    in_fresh_process("test_slab_codegen", "pools_hold_at_every_size", name)
+
+
+def pools_hold_at_every_size(name: str) -> None:
+    import torch.compiler.config
     from torch._dynamo.utils import counters
+
+    torch.compiler.config.force_disable_caches = True
     from torch._inductor.utils import run_and_get_code
 
     model, x = tiny(name)
