@@ -5,9 +5,9 @@ the release's own ``torch/_inductor/memory.py`` (its estimators and its three
 orders) runs on the bundled graphs through :func:`~reorder.inductor.figures.torch_reference`,
 and the file keeps what it gave. ``tests/test_releases.py`` then checks, under
 whichever release runs the tests, that torch's functions still give that
-release's file and that our estimator and ports give the same to the byte; and
-it compares the releases' files with one another, so that a release that
-changes a rule shows as a named difference.
+release's file, and it compares the releases' files with one another, so that a
+release that changes a rule shows as a named difference; the estimator's and
+schedulers' tests check ours against the running release's file.
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ import json
 from pathlib import Path
 
 from reorder import load_graph
+from reorder.cli import BUNDLED_GRAPHS as GRAPHS
 from reorder.inductor.figures import figures_record, torch_reference
 from reorder.inductor.releases import running_release
-
-GRAPHS = Path(__file__).resolve().parent.parent / "reorder" / "data" / "graphs"
 
 
 def release_figures() -> dict:

@@ -33,7 +33,7 @@ from pathlib import Path
 from reorder.inductor.session import PartitionRecord
 
 from ..variants import load_records
-from .tables import IMAGES, RESULTS, Column, left, markdown
+from .tables import IMAGES, RESULTS, Column, cached_rows, left, markdown
 
 __all__ = ["BudgetRow", "budget_row", "budget_rows", "budget_section", "inductor_table", "plot_budget", "step_figures"]
 
@@ -298,7 +298,7 @@ def plot_budget(row: BudgetRow, path: Path) -> bool:
 
 def budget_rows(folder: Path = BUDGETS) -> list[BudgetRow]:
     """Every cached row, by model name."""
-    return [budget_row(json.loads(p.read_text())) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+    return [budget_row(row) for row in cached_rows(folder)]
 
 
 def inductor_table(folder: Path = BUDGETS) -> list[str]:

@@ -3,10 +3,10 @@ docs/measured.md, from the rows :mod:`benchmarks.real.dynamic` cached: real peak
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..variants import load_records
+from . import tables
 from .tables import IMAGES as REAL_IMAGES, RESULTS as REAL_RESULTS
 
 __all__ = ["IMAGES", "RESULTS", "VARIANTS", "cached_rows", "dynamic_section", "inductor_table"]
@@ -19,7 +19,7 @@ VARIANTS = ("stock", "hook", "slab")
 
 def cached_rows() -> list[dict]:
     """The cached rows of the dynamic section, one per model and mode."""
-    return [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*_*.json"))]
+    return tables.cached_rows(RESULTS)
 
 
 def _mb(n: int | None) -> str:

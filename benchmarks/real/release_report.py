@@ -12,10 +12,9 @@ and a notable change without a cause is listed as unexplained.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from .tables import REPORT_RELEASE, RESULTS
+from .tables import REPORT_RELEASE, RESULTS, cached_rows
 
 __all__ = ["CAUSES", "NOTABLE", "compared_rows", "releases_section"]
 
@@ -54,12 +53,8 @@ VARIANTS = ("eager", "stock", "hook", "slab", "guard", "memory_planning")
 
 
 def _rows(folder: Path) -> dict[tuple[str, str], dict]:
-    rows = {}
-    for path in sorted(folder.glob("*.json")):
-        row = json.loads(path.read_text())
-        if isinstance(row, dict) and "variants" in row:
-            rows[(row["model"], row.get("mode", "train"))] = row
-    return rows
+    """``folder``'s cached rows by (model, mode)."""
+    return {(row["model"], row.get("mode", "train")): row for row in cached_rows(folder)}
 
 
 def compared_rows(name: str = "bench", results: Path = RESULTS) -> dict[str, list[dict]]:

@@ -27,7 +27,7 @@ from ..variants import load_records
 from .budget_report import budget_section
 from .dynamic_report import dynamic_section
 from .release_report import releases_section
-from .tables import DOC, GAP, GRAPHS, IMAGES, ROOT, Column, largest_estimate, left, markdown, records_of
+from .tables import DOC, GAP, GRAPHS, IMAGES, ROOT, Column, cached_rows, largest_estimate, left, markdown, records_of
 
 #: PyTorch PR #134874's table lists these models; ours is set beside it.
 PR_134874 = ("DebertaV2ForQuestionAnswering", "AlbertForMaskedLM", "AlbertForQuestionAnswering",
@@ -356,16 +356,9 @@ def plot(row: dict, path: Path) -> bool:
     return True
 
 
-def _rows(folder: Path) -> list[dict]:
-    """The cached rows of a results folder, by file name."""
-    if not folder.is_dir():
-        return []
-    return [json.loads(p.read_text()) for p in sorted(folder.glob("*_*.json")) if p.name != "summary.json"]
-
-
 def full_depth_section(folder: Path) -> list[str]:
     """The published full-depth configurations (``--size full --variants hook``): estimates and the hook's real peak."""
-    rows = _rows(folder)
+    rows = cached_rows(folder)
     if not rows:
         return []
     lines = ["## Full depth (the published configurations, batch 8)", "",
@@ -416,7 +409,7 @@ def write_summaries(folder: Path, records: Sequence[Summary]) -> None:
 
 
 def write_report(folder: Path) -> None:
-    rows = _rows(folder)
+    rows = cached_rows(folder)
     if not rows:
         print(f"no cached rows in {folder}")
         return

@@ -10,14 +10,15 @@ never the other way round.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from reorder.inductor.session import OrderRecord, Record
 
-__all__ = ["DOC", "GAP", "GRAPHS", "IMAGES", "REPORT_RELEASE", "RESULTS", "ROOT", "Column", "largest_estimate",
-           "left", "markdown", "records_of", "release_folder", "write_between_markers"]
+__all__ = ["DOC", "GAP", "GRAPHS", "IMAGES", "REPORT_RELEASE", "RESULTS", "ROOT", "Column", "cached_rows",
+           "largest_estimate", "left", "markdown", "records_of", "release_folder", "write_between_markers"]
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GRAPHS = Path(__file__).resolve().parent / "graphs" / "bench"
@@ -27,6 +28,13 @@ IMAGES = ROOT / "docs" / "img" / "real"
 
 #: The torch release (major.minor) the report's main tables were measured under.
 REPORT_RELEASE = "2.13"
+
+
+def cached_rows(folder: Path) -> list[dict]:
+    """The benchmark rows cached in ``folder`` (every JSON file there that holds a row, with its ``variants``), by
+    file name; none where the folder does not exist. The summaries written beside them are not rows."""
+    rows = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+    return [row for row in rows if isinstance(row, dict) and "variants" in row]
 
 
 def release_folder(size: str) -> str:
