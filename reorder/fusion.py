@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .graph import BufferSpec, Graph, InputSpec, NodeSpec, build_graph
+from .sweep import live_bytes
 from .timeline import Timeline, estimate_peak_memory
 
 __all__ = [
@@ -235,7 +236,7 @@ def fusion_peak(profile: PeakProfile, first: int, second: int) -> FusionCheck | 
                             for b in (*graph.outputs[v], *graph.reads[v], *profile.ending[v]))
     work = width + len(touched)
     steps = hi - lo  # the window has one step fewer after the fusion
-    delta = [0] * (steps + 1)
+    changes: list[tuple[int, int]] = []
     old = profile.timeline.lifetimes
     carried = live[lo] - graph.alloc_size[lo]  # live entering step lo, before its allocations
     for b in touched:
@@ -259,14 +260,10 @@ def fusion_peak(profile: PeakProfile, first: int, second: int) -> FusionCheck | 
             unread = max(new_start, 0)
             new_end = max((new_step[r] - lo for r in readers if lo <= r <= hi), default=unread)
             new_end = max(new_end, new_start)
-        delta[max(new_start, 0)] += graph.size_alloc[b]
+        changes.append((max(new_start, 0), graph.size_alloc[b]))
         if new_end is not None:
-            delta[new_end + 1] -= graph.size_free[b]
-    cur = carried
-    window_peak = None
-    for t in range(steps):
-        cur += delta[t]
-        window_peak = cur if window_peak is None else max(window_peak, cur)
+            changes.append((new_end + 1, -graph.size_free[b]))
+    window_peak = max(live_bytes(steps, changes, carried))
     fused = max(profile.before[lo], window_peak, profile.after[hi])
     return FusionCheck(profile.timeline.peak, fused, work)
 

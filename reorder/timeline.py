@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from .graph import Graph
+from .sweep import live_bytes, peak_of
 
 __all__ = [
     "Lifetimes",
@@ -102,45 +103,36 @@ def estimate_peak_memory(graph: Graph, order: Sequence[int] | None = None) -> Ti
     checked to be topological. Raises :class:`~reorder.errors.OrderError` if not.
     """
     life = lifetimes(graph, order)
-    n = graph.num_nodes
-    delta = [0] * (n + 2)
-    for b in range(graph.num_buffers):
-        delta[life.start[b]] += graph.size_alloc[b]
-        if life.end[b] is not None:
-            delta[life.end[b] + 1] -= graph.size_free[b]
-    live: list[int] = []
-    cur = peak = 0
-    peak_step = 0
-    for t in range(n + 1):
-        cur += delta[t]
-        live.append(cur)
-        if cur > peak:
-            peak, peak_step = cur, t
+    live = live_bytes(graph.num_nodes + 1, _changes(graph, life))
+    peak, peak_step = peak_of(live)
     return Timeline(life.order, peak, peak_step, tuple(live), life)
+
+
+def _changes(graph: Graph, life: Lifetimes) -> Iterator[tuple[int, int]]:
+    """Inductor's estimate as changes of live bytes: each buffer allocated at its start, freed after its end."""
+    for b in range(graph.num_buffers):
+        yield life.start[b], graph.size_alloc[b]
+        if life.end[b] is not None:
+            yield life.end[b] + 1, -graph.size_free[b]
 
 
 def estimate_peak_memory_allocfree(graph: Graph, order: Sequence[int] | None = None) -> AllocFreeTimeline:
     """Peak with alloc and free phases per node, Inductor 2.13's ``estimate_peak_memory_allocfree``."""
     life = lifetimes(graph, order)
     n = graph.num_nodes
-    alloc = [0] * n
-    free = [0] * n
+    halves = live_bytes(2 * n, _phase_changes(graph, life))  # step t: after its allocations, after its frees
+    peak, peak_step = peak_of(halves[0::2])
+    phases = tuple(zip(halves[0::2], halves[1::2]))
+    return AllocFreeTimeline(life.order, peak, peak_step, phases, life)
+
+
+def _phase_changes(graph: Graph, life: Lifetimes) -> Iterator[tuple[int, int]]:
+    """The allocation-and-free estimate's changes in half steps: step ``t``'s allocations at ``2t``, its frees
+    at ``2t + 1``."""
     for b in range(graph.num_buffers):
-        if life.start[b] < n:
-            alloc[life.start[b]] += graph.size_alloc[b]
-        if life.end[b] is not None and life.end[b] < n:
-            free[life.end[b]] += graph.size_free[b]
-    phases: list[tuple[int, int]] = []
-    cur = peak = 0
-    peak_step = 0
-    for t in range(n):
-        cur += alloc[t]
-        if cur > peak:
-            peak, peak_step = cur, t
-        post_alloc = cur
-        cur -= free[t]
-        phases.append((post_alloc, cur))
-    return AllocFreeTimeline(life.order, peak, peak_step, tuple(phases), life)
+        yield 2 * life.start[b], graph.size_alloc[b]
+        if life.end[b] is not None:
+            yield 2 * life.end[b] + 1, -graph.size_free[b]
 
 
 def resident_bytes(graph: Graph) -> list[int]:

@@ -226,3 +226,11 @@ def in_fresh_process(module: str, function: str, *args) -> None:
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=900,
                             env={**os.environ, "PYTHONPATH": path})
     assert result.returncode == 0, f"{module}.{function}{args!r} failed:\n{result.stdout[-2000:]}{result.stderr[-4000:]}"
+
+
+def allocated_peak(graph, order, generated, reusable, scratch=None, decided_by=None, grouped=None) -> int:
+    """:meth:`~reorder.budget.allocation_model.AllocationModel.peak` of a model given field by field."""
+    from reorder.budget.allocation_model import AllocationModel
+
+    return AllocationModel(graph, tuple(generated), tuple(reusable), tuple(scratch) if scratch is not None else None,
+                           decided_by, tuple(grouped) if grouped is not None else None).peak(order)

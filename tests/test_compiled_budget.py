@@ -5,13 +5,14 @@ scheduler graphs); the real compiles are in test_budget_inductor.py and test_gen
 import logging
 
 import pytest
+from helpers import allocated_peak
 
 from reorder.graph import BufferSpec, InputSpec, NodeSpec, build_graph
 from reorder.inductor import PartitionRecord
+from reorder.budget.allocation_model import AllocationModel, release_steps
 from reorder.budget.allocation_search import lower_allocated_peak
-from reorder.budget.wrapper_reuse import release_steps, wrapper_peak
-from reorder.inductor.compiled_budget import (RegionPlan, allocated_peak, check_generated, compiled_replay,
-                                              expect_region, region_of, replay_of_nodes)
+from reorder.inductor.compiled_budget import (RegionPlan, check_generated, compiled_model, expect_region,
+                                              model_of_nodes, region_of)
 from reorder.inductor.generated_code import AllocationEvent as Event, GeneratedCode
 from reorder.inductor.reorder_pass import choose_order
 from reorder.inductor.session import Session
@@ -40,13 +41,13 @@ def test_region_names_are_aotautograds():
 def test_free_inputs_cost_nothing_and_donated_ones_take_a_kernels_output():
     g = backward()
     # mm's step: saved 400 + tangent 100 + mm 600; mul's: saved 400 + mm 600, mul in saved's storage
-    assert allocated_peak(g, [0, 1], GENERATED, frozenset({"primals_1"}), frozenset({"saved"})) == 1100
+    assert AllocationModel.build(g, GENERATED, frozenset({"saved"}), free_inputs=frozenset({"primals_1"})).peak([0, 1]) == 1100
     # not donated: mul allocates its own 400 B beside the saved value
-    assert allocated_peak(g, [0, 1], GENERATED, frozenset({"primals_1"}), frozenset()) == 1400
+    assert AllocationModel.build(g, GENERATED, frozenset(), free_inputs=frozenset({"primals_1"})).peak([0, 1]) == 1400
     # an extern kernel never writes in place
-    assert allocated_peak(g, [0, 1], [False, False], frozenset({"primals_1"}), frozenset({"saved"})) == 1400
+    assert AllocationModel.build(g, [False, False], frozenset({"saved"}), free_inputs=frozenset({"primals_1"})).peak([0, 1]) == 1400
     # the parameter counted: live until mm, its last reader
-    assert allocated_peak(g, [0, 1], GENERATED, frozenset(), frozenset({"saved"})) == 2100
+    assert AllocationModel.build(g, GENERATED, frozenset({"saved"}), free_inputs=frozenset()).peak([0, 1]) == 2100
 
 
 def forward(name: str = "model__0_forward_1"):
@@ -149,19 +150,20 @@ def test_an_extern_kernels_scratch_counts_while_it_runs():
     assert amended.compiled_peak == 50 + 400 + 100 + 600 + 500 and amended.feasible
 
 
-def test_a_replay_that_cannot_be_set_up_warns_and_leaves_the_verdict_alone(caplog):
-    """Scheduler nodes the replay cannot read (here: objects without fused members) give no replay and a WARNING;
+def test_a_model_that_cannot_be_set_up_warns_and_leaves_the_verdict_alone(caplog):
+    """Scheduler nodes the model cannot read (here: objects without fused members) give no model and a WARNING;
     the order is then chosen on the estimates, and the region keeps the partitioner's verdict."""
     session, made = planned(1200)
+    g = backward()
     with caplog.at_level(logging.WARNING, logger="reorder"):
-        assert replay_of_nodes(session, "model__0_backward_3", [object()]) is None
-    assert "could not replay the compiled model__0_backward_3 for its memory budget: AttributeError" in caplog.text
+        assert model_of_nodes(session, "model__0_backward_3", [object()], g) is None
+    assert "could not model the compiled model__0_backward_3 for its memory budget: AttributeError" in caplog.text
     assert session.partitions == [made] and made.compiled_peak is None
-    # a graph of no budgeted region gets no replay, and its nodes are not read: no warning
+    # a graph of no budgeted region gets no model, and its nodes are not read: no warning
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="reorder"):
-        assert replay_of_nodes(session, "model__1_backward_7", [object()]) is None
-        assert replay_of_nodes(None, "model__0_backward_3", [object()]) is None
+        assert model_of_nodes(session, "model__1_backward_7", [object()], g) is None
+        assert model_of_nodes(None, "model__0_backward_3", [object()], g) is None
     assert caplog.text == ""
 
 
@@ -185,18 +187,19 @@ GELU_GENERATED = [False, True, False, True]
 def test_nodes_move_while_what_the_generated_code_allocates_falls():
     g = gelu_backward()
     reusable = [True] * g.num_buffers
+    gelu_model = AllocationModel(g, tuple(GELU_GENERATED), tuple(reusable))
     # listed: saved + tangent + grad + gelu + weight gradient, then grad_in written into grad
-    assert wrapper_peak(g, [0, 1, 2, 3], GELU_GENERATED, reusable) == 2710
+    assert allocated_peak(g, [0, 1, 2, 3], GELU_GENERATED, reusable) == 2710
     # the same estimate either way: Inductor's model cannot tell the two orders apart
     assert estimate_peak_memory(g, [0, 1, 2, 3]).peak == estimate_peak_memory(g, [1, 2, 0, 3]).peak == 3010
-    assert lower_allocated_peak(g, [0, 1, 2, 3], GELU_GENERATED, reusable, None, lambda order: True) == (
+    assert lower_allocated_peak(gelu_model, [0, 1, 2, 3], lambda order: True) == (
         [1, 2, 0, 3], 2110)
     # the caller's ceiling holds every move back, and so does a count of no replays
-    assert lower_allocated_peak(g, [0, 1, 2, 3], GELU_GENERATED, reusable, None, lambda order: False) == (
+    assert lower_allocated_peak(gelu_model, [0, 1, 2, 3], lambda order: False) == (
         [0, 1, 2, 3], 2710)
-    assert lower_allocated_peak(g, [0, 1, 2, 3], GELU_GENERATED, reusable, None, lambda order: True,
+    assert lower_allocated_peak(gelu_model, [0, 1, 2, 3], lambda order: True,
                                 evaluations=0) == ([0, 1, 2, 3], 2710)
-    moved, _ = lower_allocated_peak(g, [0, 1, 2, 3], GELU_GENERATED, reusable, None, lambda order: True)
+    moved, _ = lower_allocated_peak(gelu_model, [0, 1, 2, 3], lambda order: True)
     g.check_order(moved)
 
 
@@ -206,18 +209,18 @@ def test_a_budgeted_graph_is_ordered_by_what_its_generated_code_allocates():
     another method's, or, where none found one, the listed order with its nodes moved."""
     session, _ = planned(5000)
     g = gelu_backward()
-    replay = compiled_replay(session, "model__0_backward_3", GELU_GENERATED)
+    replay = compiled_model(session, "model__0_backward_3", g, GELU_GENERATED)
     for methods, kept in ((None, "lpmf"), (["baseline"], "moved_baseline")):
         result = reorder_for_peak_memory(g, methods)
-        assert result.peak == 3010 and replay.peak(g, result.order) == 2710
-        choice = choose_order(g, g, result, replay=replay)
-        assert replay.peak(g, choice.order) == 2110 and choice.peak == 3010 and choice.method == kept
+        assert result.peak == 3010 and replay.peak(result.order) == 2710
+        choice = choose_order(g, g, result, allocation=replay)
+        assert replay.peak(choice.order) == 2110 and choice.peak == 3010 and choice.method == kept
         assert choice.notes["allocated"] == (f"kept {kept} for what its generated code allocates: 2,110 B against "
                                              f"2,710 B for the order of lowest estimate (baseline, 3,010 B)")
         assert choice.optimal == result.optimal  # the same estimate: no claim changes
     # another region's graph, or a graph of no session, has no replay: the lowest estimate is kept
-    assert compiled_replay(session, "model__1_backward_7", GELU_GENERATED) is None
-    assert compiled_replay(None, "model__0_backward_3", GELU_GENERATED) is None
+    assert compiled_model(session, "model__1_backward_7", g, GELU_GENERATED) is None
+    assert compiled_model(None, "model__0_backward_3", g, GELU_GENERATED) is None
     assert choose_order(g, g, result).order == result.order
 
 
@@ -238,9 +241,9 @@ def test_the_wrapper_decides_a_reuse_by_inductors_own_estimate():
     allocated = g.with_free_inputs({"primals_1"})
     reusable = [not allocated.is_input[b] for b in range(allocated.num_buffers)]
     generated = [True] * 4
-    assert wrapper_peak(allocated, [0, 1, 2, 3], generated, reusable) == 600  # decided by the zeroed estimate
-    assert wrapper_peak(allocated, [0, 1, 2, 3], generated, reusable, decided_by=g) == 650
-    assert allocated_peak(g, [0, 1, 2, 3], generated, frozenset({"primals_1"}), frozenset(), decided_by=g) == 650
+    assert allocated_peak(allocated, [0, 1, 2, 3], generated, reusable) == 600  # decided by the zeroed estimate
+    assert allocated_peak(allocated, [0, 1, 2, 3], generated, reusable, decided_by=g) == 650
+    assert AllocationModel.build(g, generated, frozenset(), decided_by=g, free_inputs=frozenset({"primals_1"})).peak([0, 1, 2, 3]) == 650
 
 
 def test_cpu_kernel_groups_free_their_dead_buffers_when_flushed():
@@ -258,8 +261,8 @@ def test_cpu_kernel_groups_free_their_dead_buffers_when_flushed():
     generated, reusable = [True, True, True, False], [True] * 4
     assert release_steps([0, 1, 2, 3], [True, True, True, False]) == [2, 2, 2, 3]
     assert release_steps([0, 1, 2, 3], None) == [0, 1, 2, 3]
-    assert wrapper_peak(g, [0, 1, 2, 3], generated, reusable) == 500  # b and c
-    assert wrapper_peak(g, [0, 1, 2, 3], generated, reusable, grouped=[True, True, True, False]) == 600
+    assert allocated_peak(g, [0, 1, 2, 3], generated, reusable) == 500  # b and c
+    assert allocated_peak(g, [0, 1, 2, 3], generated, reusable, grouped=[True, True, True, False]) == 600
     # the extern kernel between them splits the groups: a is freed after b's group, before mm2
     g2 = build_graph(
         [NodeSpec("a", [BufferSpec("a", 100)], reads=[]),
@@ -267,7 +270,7 @@ def test_cpu_kernel_groups_free_their_dead_buffers_when_flushed():
          NodeSpec("mm", [BufferSpec("mm", 10)], reads=["b"]),
          NodeSpec("c", [BufferSpec("c", 300)], reads=["mm"])],
         [], ["c"])
-    assert wrapper_peak(g2, [0, 1, 2, 3], [True, True, False, True], reusable,
+    assert allocated_peak(g2, [0, 1, 2, 3], [True, True, False, True], reusable,
                         grouped=[True, True, False, True]) == 310  # mm flushes the group: a is freed before it
 
 
@@ -300,3 +303,24 @@ def test_kernel_groups_free_where_the_generated_code_frees():
     assert len(temporaries) >= 3 and all(last_allocation < k < flush for k in temporaries), kinds
     # the model's rule says the same: every node of the group releases at its last member
     assert release_steps([0, 1, 2, 3], [True, True, True, False]) == [2, 2, 2, 3]
+
+
+def test_a_kernel_writes_in_place_only_where_inductors_scheduler_allows_it():
+    """``conv`` (an extern kernel's channels-last output) dies at ``bn``, a generated kernel whose output has its
+    size: by size alone ``bn`` writes into it (conv + mean + stats: 800 B); Inductor reads it at another index
+    than it writes and allocates (1,100 B at ``bn``'s step). Inside one fused kernel, a member writes into an
+    earlier member's output that died there (``bn`` into ``mean``, which no later kernel reads), which the
+    kernel's reads do not list: 800 B again."""
+    g = build_graph(
+        [NodeSpec("conv", [BufferSpec("conv", 300)], reads=["primals_1"]),
+         NodeSpec("bn", [BufferSpec("mean", 300), BufferSpec("stats", 200), BufferSpec("bn", 300)], reads=["conv"]),
+         NodeSpec("out", [BufferSpec("out", 10)], reads=["bn", "stats"])],
+        [InputSpec("primals_1", 1000)], ["out"])
+    generated = [False, True, True]
+    by_size = AllocationModel.build(g, generated, free_inputs={"primals_1"})
+    assert by_size.peak([0, 1, 2]) == 800
+    read_at_another_index = AllocationModel.build(g, generated, free_inputs={"primals_1"},
+                                                  writable=[(), (), ()])
+    assert read_at_another_index.peak([0, 1, 2]) == 1100
+    into_a_member = AllocationModel.build(g, generated, free_inputs={"primals_1"}, writable=[(), ("mean",), ()])
+    assert into_a_member.peak([0, 1, 2]) == 800

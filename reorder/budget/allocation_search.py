@@ -4,7 +4,7 @@ Our ordering methods minimise Inductor's estimate (``torch/_inductor/memory.py``
 which counts every buffer from its producer to its last reader. The code
 Inductor generates writes a kernel's output into an input that dies there
 and hands dead storage to later buffers of its size
-(:mod:`~reorder.budget.wrapper_reuse`), so two orders of one estimate can
+(:mod:`~reorder.budget.allocation_model`), so two orders of one estimate can
 allocate peaks a buffer apart: a pointwise kernel placed after the last
 other reader of its input writes in place, placed before it does not. On
 DeBERTa-v2's backward under a budget, orders of the same estimate allocate
@@ -13,7 +13,7 @@ DeBERTa-v2's backward under a budget, orders of the same estimate allocate
 :func:`lower_allocated_peak` is a first-improvement local search over an
 order: each node in turn is tried at the earliest and the latest step its
 predecessors and successors allow, and halfway to each; a move is kept
-when it lowers the allocated peak (:func:`~reorder.budget.wrapper_reuse.wrapper_peak`)
+when it lowers the allocated peak (:meth:`~reorder.budget.allocation_model.AllocationModel.peak`)
 and the caller's ``allowed`` accepts the new order (the reorder pass keeps
 Inductor's estimate at or under stock's). Passes repeat until one moves
 nothing or the count of replays (``evaluations``) is spent: the same graph
@@ -24,8 +24,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from ..graph import Graph
-from .wrapper_reuse import wrapper_peak
+from .allocation_model import AllocationModel
 
 __all__ = ["EVALUATIONS", "lower_allocated_peak"]
 
@@ -33,15 +32,13 @@ __all__ = ["EVALUATIONS", "lower_allocated_peak"]
 EVALUATIONS = 2000
 
 
-def lower_allocated_peak(graph: Graph, order: Sequence[int], generated: Sequence[bool], reusable: Sequence[bool],
-                         scratch: Sequence[int] | None, allowed: Callable[[list[int]], bool],
-                         evaluations: int = EVALUATIONS, decided_by: Graph | None = None,
-                         grouped: Sequence[bool] | None = None) -> tuple[list[int], int]:
-    """``order`` with nodes moved while each move lowers what the generated code allocates (see the module
-    docstring; ``decided_by`` and ``grouped`` as in :func:`~reorder.budget.wrapper_reuse.wrapper_peak`); returns
-    the order and its allocated peak (``order`` itself when no move helps)."""
+def lower_allocated_peak(model: AllocationModel, order: Sequence[int], allowed: Callable[[list[int]], bool],
+                         evaluations: int = EVALUATIONS) -> tuple[list[int], int]:
+    """``order`` with nodes moved while each move lowers what ``model`` says the generated code allocates (see the
+    module docstring); returns the order and its allocated peak (``order`` itself when no move helps)."""
+    graph = model.graph
     current = list(order)
-    peak = wrapper_peak(graph, current, generated, reusable, scratch, decided_by, grouped)
+    peak = model.peak(current)
     spent, moved = 0, True
     while moved and spent < evaluations:
         moved = False
@@ -56,7 +53,7 @@ def lower_allocated_peak(graph: Graph, order: Sequence[int], generated: Sequence
                 candidate = current[:i] + current[i + 1:]
                 candidate.insert(j, v)
                 spent += 1
-                candidate_peak = wrapper_peak(graph, candidate, generated, reusable, scratch, decided_by, grouped)
+                candidate_peak = model.peak(candidate)
                 if candidate_peak < peak and allowed(candidate):
                     current, peak, moved = candidate, candidate_peak, True
                     position = _positions(current)

@@ -25,6 +25,7 @@ Linear in the graph per segment count.
 
 from __future__ import annotations
 
+from ..sweep import live_bytes
 from .step_graph import StepGraph
 
 __all__ = ["SEGMENTS", "segment_boundaries"]
@@ -46,14 +47,8 @@ def segment_boundaries(graph: StepGraph, segments: int) -> tuple[int, ...]:
                 last_read[a] = position[v]
     counted = [v for v in forward if v in last_read and graph.storage[v] == v and not graph.costs_nothing[v]
                and graph.bytes[v]]
-    delta = [0] * (len(forward) + 1)
-    for v in counted:
-        delta[position[v] + 1] += graph.bytes[v]
-        delta[last_read[v] + 1] -= graph.bytes[v]
-    crossing, live = [], 0
-    for t in range(len(forward)):
-        live += delta[t]
-        crossing.append(live)
+    crossing = live_bytes(len(forward), ((step, sign * graph.bytes[v]) for v in counted
+                                         for step, sign in ((position[v] + 1, 1), (last_read[v] + 1, -1))))
     read_later = [graph.bytes[v] if any(graph.role[u] == "backward" for u in graph.users[v]) else 0 for v in forward]
     total = sum(read_later)
     if not total:

@@ -20,7 +20,7 @@ their base's storage (aliases), elements of a multi-output node are its
 children. Each program's graph is Inductor's model of it (what
 ``torch/_inductor/memory.py`` estimates); its peak is what Inductor's
 generated code allocates for the order judged
-(:func:`~reorder.budget.wrapper_reuse.wrapper_peak`): a kernel Inductor
+(:class:`~reorder.budget.allocation_model.AllocationModel`): a kernel Inductor
 generates writes its output into an input that dies there when the sizes
 match (in-place update), and a dead buffer's storage goes to a later buffer
 of its size (the reuse pool). Storage can be handed on when the program
@@ -54,13 +54,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..graph import BufferSpec, Graph, InputSpec, NodeSpec, build_graph
+from ..graph import BufferSpec, InputSpec, NodeSpec, build_graph
 from ..schedulers import reorder_for_peak_memory
+from .allocation_model import AllocationModel
 from .partition import Partition
 from .step_graph import StepGraph
-from .wrapper_reuse import wrapper_peak
 
-__all__ = ["ORDER_METHODS", "Program", "StepPeak", "autograd_order", "donated_values", "free_values", "programs_of",
+__all__ = ["ORDER_METHODS", "StepPeak", "judged_peak", "autograd_order", "donated_values", "free_values", "programs_of",
            "step_peak"]
 
 #: Our methods whose best order (in Inductor's model) each program may also be judged in (none by default: the
@@ -85,32 +85,22 @@ class StepPeak:
 def step_peak(graph: StepGraph, partition: Partition, methods: Sequence[str] = ORDER_METHODS,
               held_before: int = 0) -> StepPeak:
     """The step's estimated peak under ``partition`` (see the module docstring)."""
-    fw, bw = (program.peak(methods) for program in programs_of(graph, partition))
+    fw, bw = (judged_peak(program, methods) for program in programs_of(graph, partition))
     return StepPeak(held_before + max(fw, bw), fw, bw, partition.saved_bytes, held_before)
 
 
-@dataclass(frozen=True)
-class Program:
-    """One program of a partition as a scheduler graph of fused kernels, with what in-place reuse needs:
-    ``generated`` (per node: Inductor generates its kernel) and ``reusable`` (per buffer: a kernel may write
-    into it once it dies), and ``scratch`` (per node: what its kernel allocates and frees while it runs)."""
-
-    graph: Graph
-    generated: tuple[bool, ...]
-    reusable: tuple[bool, ...]
-    scratch: tuple[int, ...]
-
-    def peak(self, methods: Sequence[str] = ORDER_METHODS) -> int:
-        """The peak the generated code allocates in the listed order (and, with ``methods``, the higher of it and
-        the order they choose in Inductor's model)."""
-        orders = [range(self.graph.num_nodes)]
-        if methods:
-            orders.append(reorder_for_peak_memory(self.graph, methods).order)
-        return max(wrapper_peak(self.graph, order, self.generated, self.reusable, self.scratch) for order in orders)
+def judged_peak(program: AllocationModel, methods: Sequence[str] = ORDER_METHODS) -> int:
+    """The peak a program's generated code allocates in the listed order (and, with ``methods``, the higher of it
+    and the order they choose in Inductor's model)."""
+    orders = [range(program.graph.num_nodes)]
+    if methods:
+        orders.append(reorder_for_peak_memory(program.graph, methods).order)
+    return max(program.peak(order) for order in orders)
 
 
-def programs_of(graph: StepGraph, partition: Partition) -> tuple[Program, Program]:
-    """The forward and the backward of ``partition`` (see the module docstring).
+def programs_of(graph: StepGraph, partition: Partition) -> tuple[AllocationModel, AllocationModel]:
+    """The forward and the backward of ``partition`` as models of the code Inductor will generate for them, each a
+    scheduler graph of fused kernels (see the module docstring).
 
     A primal the step owns (``owned``) is live from the forward's start and freed after its last reader unless
     saved; a saved one is handed to the backward, which frees it after its last reader but never writes into
@@ -185,7 +175,7 @@ class _Input:
 
 
 def _program(graph: StepGraph, name: str, runs: Sequence[int], inputs: dict[int, _Input],
-             outputs: Sequence[int]) -> Program:
+             outputs: Sequence[int]) -> AllocationModel:
     """One program: ``runs`` (node ids, in order) reading ``inputs``, keeping ``outputs``, in Inductor's model.
 
     Inputs of one storage share one buffer, named after the storage's root (a saved view holds its base).
@@ -210,7 +200,7 @@ def _program(graph: StepGraph, name: str, runs: Sequence[int], inputs: dict[int,
 
     channels_last = any(graph.sets_channels_last[v] for v in runs)
     scratch_of = graph.scratch_channels_last if channels_last else graph.scratch
-    specs, generated, scratch, produced = [], [], [], set()
+    specs, generated, scratch = [], [], []
     for v in runs:
         reads = list(dict.fromkeys(b for a in graph.args[v] for b in reading(a)))
         base, parent = graph.view_of[v], graph.element_of[v]
@@ -224,16 +214,12 @@ def _program(graph: StepGraph, name: str, runs: Sequence[int], inputs: dict[int,
             spec = BufferSpec(buffer, graph.bytes[v], parent=buffer_of[parent])
         else:
             spec = BufferSpec(buffer, graph.bytes[v])
-        if base is None and graph.bytes[v]:
-            produced.add(buffer)
         specs.append(NodeSpec(buffer, [spec], reads=reads))
         generated.append(graph.fusible[v] and base is None and parent is None)
         scratch.append(scratch_of[v])
     output_names = list(dict.fromkeys(buffer_of[s] for s in sorted(kept) if s in buffer_of))
     program = build_graph(specs, list(input_specs.values()), output_names, name=name)
-    reusable = tuple(not program.children[b] and (name_ in produced or name_ in donated)
-                     for b, name_ in enumerate(program.buffer_names))
-    return Program(program, tuple(generated), reusable, tuple(scratch))
+    return AllocationModel.build(program, generated, donated, scratch)
 
 
 def _materialised(graph: StepGraph, runs: Sequence[int], in_program: set[int], kept: set[int]) -> set[int]:

@@ -28,6 +28,7 @@ Inductor's numbers only, and says why (:attr:`SchedulerState.not_symbolic`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Collection
 
 from ..graph import BufferSpec, Graph, InputSpec, NodeSpec, build_graph
 
@@ -86,30 +87,39 @@ def scheduler_state(nodes: list, scheduler=None) -> SchedulerState:
     return SchedulerState(freeable, name_to_buf, graph_inputs, graph_outputs, scheduler.mutation_real_name, scheduler)
 
 
-def freed_tangents(nodes: list, graph_inputs) -> dict[str, int]:
-    """A backward graph's tangents (name -> bytes): inputs Inductor's model holds, though a real run frees them.
+def freed_tangents(nodes: list, graph_inputs, owned: Collection[str] = ()) -> dict[str, int]:
+    """A backward graph's tangents (name -> bytes), and the inputs named in ``owned``: inputs Inductor's model
+    holds, though a real run frees them.
 
     Inductor counts ``tangents_*`` among the buffers the graph never frees
     (``utils.is_nonfreeable_buffers``). The autograd engine hands the
     gradient of the graph's outputs to the backward, whose ``del`` frees it:
     when the loss is computed outside the compiled graph, that is the
-    gradient of the logits, often the largest tensor of the step.
+    gradient of the logits, often the largest tensor of the step. The same
+    holds for ``primals_*`` inputs of a backward that are copies its forward
+    made (a parameter or the batch laid out channels-last for a
+    convolution), which a budgeted region knows (``owned``).
     """
     from torch._inductor.virtualized import V
 
-    return {name: V.graph.get_dep_size_hint(dep) for name, dep in _tangent_deps(nodes, graph_inputs).items()}
+    deps = _freed_deps(nodes, graph_inputs, frozenset(owned))
+    return {name: V.graph.get_dep_size_hint(dep) for name, dep in deps.items()}
 
 
-def _tangent_deps(nodes: list, graph_inputs) -> dict:
-    """Each tangent input's largest dependency (by its size hint): the one :func:`freed_tangents` sizes it by."""
+def _freed_deps(nodes: list, graph_inputs, owned: frozenset[str]) -> dict:
+    """Each tangent input's, and each ``owned`` input's, largest dependency (by its size hint): the one
+    :func:`freed_tangents` sizes it by."""
     from torch._inductor.dependencies import WeakDep
+    from torch._inductor.utils import is_nonfreeable_buffers
     from torch._inductor.virtualized import V
 
     prefix = f"{V.graph.name}_" if V.graph.name else ""
     deps: dict = {}
     for node in nodes:
         for dep in node.read_writes.reads:
-            if (dep.name in graph_inputs and dep.name.removeprefix(prefix).startswith("tangents")
+            unprefixed = dep.name.removeprefix(prefix)
+            if (dep.name in graph_inputs and (unprefixed.startswith("tangents") or
+                                              (unprefixed in owned and is_nonfreeable_buffers(dep)))
                     and not (isinstance(dep, WeakDep) and dep.is_fake)):
                 if dep.name not in deps or V.graph.get_dep_size_hint(dep) > V.graph.get_dep_size_hint(deps[dep.name]):
                     deps[dep.name] = dep
@@ -192,8 +202,7 @@ def symbolic_sizes(nodes: list, state: SchedulerState, freeable: dict) -> Symbol
         for dep in node.read_writes.reads:
             if dep.name in state.graph_inputs and not is_nonfreeable_buffers(dep):
                 inputs[dep.name] = dep.get_numel() * get_dtype_size(V.graph.get_dtype(dep.name))
-    tangents = _tangent_deps(nodes, state.graph_inputs)
-    for name, dep in tangents.items():
+    for name, dep in _freed_deps(nodes, state.graph_inputs, frozenset(freeable)).items():
         if name in freeable and name not in inputs:
             inputs[name] = dep.get_numel() * get_dtype_size(V.graph.get_dtype(name))
     symbols = set()
@@ -233,18 +242,18 @@ def _text(expr) -> int | str:
     return expr if isinstance(expr, int) else int(expr) if expr.is_number else str(expr)
 
 
-def graph_from_scheduler(nodes: list, name: str = "graph", scheduler=None, free_tangents: bool = False
-                         ) -> tuple[Graph, SchedulerState]:
+def graph_from_scheduler(nodes: list, name: str = "graph", scheduler=None, free_tangents: bool = False,
+                         owned: Collection[str] = ()) -> tuple[Graph, SchedulerState]:
     """Our :class:`Graph` of Inductor's (fused) scheduler nodes, in their order, and Inductor's state for them.
 
-    ``free_tangents``: also model the graph's tangents as freed after their last reader
-    (:func:`freed_tangents`); by default the graph is Inductor's model exactly.
+    ``free_tangents``: also model the graph's tangents, and the inputs named in ``owned``, as freed after their
+    last reader (:func:`freed_tangents`); by default the graph is Inductor's model exactly.
     """
     from torch._inductor.dependencies import WeakDep
     from torch._inductor.ir import MultiOutputLayout
 
     state = scheduler_state(nodes, scheduler)
-    tangents = freed_tangents(nodes, state.graph_inputs) if free_tangents else {}
+    tangents = freed_tangents(nodes, state.graph_inputs, owned) if free_tangents else {}
     freeable = {**state.freeable, **tangents}
     try:
         symbolic = symbolic_sizes(nodes, state, freeable)

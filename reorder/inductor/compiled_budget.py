@@ -30,7 +30,8 @@ This checks the partition; it does not change it (the forward is compiled
 before the backward exists, so no other partition can be made by then).
 
 Before code exists, the reorder pass needs a model of what the code will
-allocate for each order it weighs (:class:`CompiledReplay`, over the
+allocate for each order it weighs (:func:`model_of_nodes`, an
+:class:`~reorder.budget.allocation_model.AllocationModel` of the
 scheduler graph: a kernel Inductor generates writes into an input that
 dies there, dead storage goes to a later buffer of its size as the wrapper
 decides by Inductor's own estimate, the C++ backend frees a kernel group's
@@ -56,17 +57,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Collection, Iterable, Sequence
 
-from ..budget.allocation_search import lower_allocated_peak
-from ..budget.wrapper_reuse import wrapper_peak
+from ..budget.allocation_model import AllocationModel
 from ..graph import Graph
 from .generated_code import GeneratedCode
 from .rewrites import applies
 from .session import PartitionRecord, Session
 
-__all__ = ["CompiledReplay", "RegionPlan", "allocated_peak", "check_generated", "compiled_replay", "expect_region",
-           "generated_kernels", "origin_names", "owned_inputs", "region_of", "replay_of_nodes"]
+__all__ = ["RegionPlan", "check_generated", "compiled_model", "expect_region", "generated_kernels", "in_place_inputs", "model_of_nodes",
+           "note_model", "origin_names", "owned_copies", "owned_inputs", "region_of"]
 
 log = logging.getLogger("reorder")
 
@@ -75,13 +75,15 @@ log = logging.getLogger("reorder")
 class RegionPlan:
     """What the check of one region needs from its partition: its record (as added to the session), the inputs
     that cost nothing, the saved values the backward owns, the scratch of the nodes that have any in each graph
-    (``"forward"`` and ``"backward"``: node name -> bytes), and the replayed peak of each graph compiled so far."""
+    (``"forward"`` and ``"backward"``: node name -> bytes), the replayed peak of each graph compiled so far, and
+    the peak the model of its code promised for the order kept (:func:`note_model`)."""
 
     record: PartitionRecord
     free_inputs: frozenset[str]
     donated_inputs: frozenset[str]
     scratch: dict[str, dict[str, int]] = field(default_factory=dict)
     peaks: dict[str, int] = field(default_factory=dict)
+    modelled: dict[str, int] = field(default_factory=dict)
 
 
 def region_of(graph_name: str) -> tuple[str, str] | None:
@@ -100,41 +102,42 @@ def expect_region(session: Session, joint_name: str, plan: RegionPlan) -> None:
         session.plan_region(region[0], plan)
 
 
-def allocated_peak(graph: Graph, order: Sequence[int], generated: Sequence[bool], free_inputs: frozenset[str],
-                   donated_inputs: frozenset[str], scratch: Sequence[int] | None = None,
-                   decided_by: Graph | None = None, grouped: Sequence[bool] | None = None) -> int:
-    """The peak bytes a compiled graph's generated code allocates above its start, running ``order``.
-
-    ``generated[v]``: Inductor generates node ``v``'s kernel (extern kernels
-    never write in place). Inputs in ``free_inputs`` count nothing; inputs in
-    ``donated_inputs`` may be written in place once they die, and so may every
-    buffer the graph produces, but a multi-output parent or a mutation's alias.
-    ``scratch[v]``: what node ``v``'s kernel allocates and frees beyond Inductor's workspace. ``decided_by``:
-    the graph as Inductor's estimate counts it, by which the wrapper decides its reuses; ``grouped[v]``: node
-    ``v`` joins the C++ backend's kernel group (:func:`kernel_groups`;
-    :func:`~reorder.budget.wrapper_reuse.wrapper_peak`).
-    """
-    allocated, reusable, during = _as_allocated(graph, free_inputs, donated_inputs, scratch)
-    return wrapper_peak(allocated, order, generated, reusable, during, decided_by, grouped)
-
-
-def _as_allocated(graph: Graph, free_inputs: frozenset[str], donated_inputs: frozenset[str],
-                  scratch: Sequence[int] | None) -> tuple[Graph, list[bool], list[int]]:
-    """What :func:`allocated_peak` replays: the graph with ``free_inputs`` at zero bytes, per buffer whether its
-    storage can be handed on, per node its workspace and scratch."""
-    graph = graph.with_free_inputs(free_inputs)
-    reusable = [not graph.children[b] and graph.alias_of[b] is None and
-                (not graph.is_input[b] or graph.buffer_names[b] in donated_inputs)
-                for b in range(graph.num_buffers)]
-    during = [w + (scratch[v] if scratch is not None else 0) for v, w in enumerate(graph.workspace)]
-    return graph, reusable, during
-
-
 def generated_kernels(nodes: list) -> list[bool]:
     """Per scheduler node: Inductor generates its kernel (not an extern call, not a no-op)."""
     from torch._inductor.scheduler import ExternKernelSchedulerNode, NopKernelSchedulerNode
 
     return [not isinstance(node, (ExternKernelSchedulerNode, NopKernelSchedulerNode)) for node in nodes]
+
+
+def in_place_inputs(nodes: list) -> list[frozenset[str]]:
+    """Per scheduler node: the buffers it or its fused members read that Inductor lets its kernel write an output
+    into once they die there (``Scheduler.decide_inplace_update``): a read its scheduler marked ``can_inplace``
+    (the kernel reads the buffer at the index it writes) by a member after which no other member reads it, one
+    index for every access in the kernel, of a buffer not made by a no-op and not laid out as a multi-output
+    kernel's, a mutation's or no storage. A member's read of an earlier member's output counts: the
+    kernel can write into storage that died inside it."""
+    from torch._inductor import ir
+    from torch._inductor.scheduler import NopKernelSchedulerNode
+
+    scheduler = nodes[0].scheduler if nodes else None
+    found = []
+    for node in nodes:
+        members = {id(member) for member in node.get_nodes()} | {id(node)}
+        names = set()
+        for member, dep in ((member, dep) for member in node.get_nodes() for dep in member.read_writes.reads):
+            buf = scheduler.name_to_donated_buffer.get(dep.name) or scheduler.name_to_buf.get(dep.name)
+            if (buf is None or buf.node is None or isinstance(buf.defining_op, NopKernelSchedulerNode)
+                    or isinstance(buf.node.get_output_spec(), (ir.NoneLayout, ir.MultiOutputLayout,
+                                                               ir.MutationLayoutSHOULDREMOVE))):
+                continue
+            here = [user for user in buf.users if id(user.node) in members]
+            accesses = {d for user in here for d in user.node.read_writes.reads_and_writes() if d.name == dep.name}
+            if (len(accesses) <= 1  # one index in the whole kernel
+                    and any(user.node is member and user.can_inplace for user in here)
+                    and all(user.node is member or user.node.get_name() in member.ancestors for user in here)):
+                names.add(dep.name)  # its last reader in this kernel, at the index it writes
+        found.append(frozenset(names))
+    return found
 
 
 def kernel_groups(nodes: list) -> list[bool] | None:
@@ -156,57 +159,34 @@ def origin_names(nodes: list) -> list[frozenset[str]]:
                       for origin in getattr(member.node, "origins", ())) for node in nodes]
 
 
-@dataclass(frozen=True)
-class CompiledReplay:
-    """What one compiled graph of a budgeted region allocates for any order of its scheduler nodes: ``plan``
-    (the region's), ``kind`` (``"forward"`` or ``"backward"``), ``generated`` (per node: Inductor generates its
-    kernel), ``scratch`` (per node: its extern kernel's scratch as the partitioner's probe measured it) and
-    ``decided_by`` (the graph as Inductor's estimate counts it, whose figures the wrapper's reuses follow) and
-    ``grouped`` (per node: it joins the C++ backend's kernel group, :func:`kernel_groups`)."""
-
-    plan: RegionPlan
-    kind: str
-    generated: tuple[bool, ...]
-    scratch: tuple[int, ...] | None
-    decided_by: Graph | None = None
-    grouped: tuple[bool, ...] | None = None
-
-    @property
-    def donated_inputs(self) -> frozenset[str]:
-        """The inputs a kernel may write into once they die: the saved values the backward owns."""
-        return self.plan.donated_inputs if self.kind == "backward" else frozenset()
-
-    def peak(self, graph: Graph, order: Sequence[int]) -> int:
-        """The peak the generated code allocates running ``order`` (:func:`allocated_peak`)."""
-        return allocated_peak(graph, order, self.generated, self.plan.free_inputs, self.donated_inputs, self.scratch,
-                              self.decided_by, self.grouped)
-
-    def lower(self, graph: Graph, order: Sequence[int], allowed: Callable[[list[int]], bool]) -> tuple[list[int], int]:
-        """``order`` moved node by node while what the generated code allocates falls and ``allowed`` holds
-        (:func:`~reorder.budget.allocation_search.lower_allocated_peak`): the order and its peak."""
-        allocated, reusable, during = _as_allocated(graph, self.plan.free_inputs, self.donated_inputs, self.scratch)
-        return lower_allocated_peak(allocated, order, self.generated, reusable, during, allowed,
-                                    decided_by=self.decided_by, grouped=self.grouped)
-
-
-def compiled_replay(session: Session | None, graph_name: str, generated: Sequence[bool],
-                    origins: Sequence[frozenset[str]] = (), decided_by: Graph | None = None,
-                    grouped: Sequence[bool] | None = None) -> CompiledReplay | None:
-    """The replay of ``graph_name`` if it is the forward or backward of a budgeted region (see the module
-    docstring), else None; ``origins``: per node, the fx nodes it was lowered from, for their scratch;
-    ``decided_by``: the graph as Inductor's estimate counts it; ``grouped``: :func:`kernel_groups`."""
+def compiled_model(session: Session | None, graph_name: str, graph: Graph, generated: Sequence[bool],
+                   origins: Sequence[frozenset[str]] = (), decided_by: Graph | None = None,
+                   grouped: Sequence[bool] | None = None,
+                   writable: Sequence[Collection[str]] | None = None) -> AllocationModel | None:
+    """What the generated code of ``graph_name`` will allocate for any order of ``graph``'s nodes, if it is the
+    forward or backward of a budgeted region (see the module docstring), else None: the region's free inputs at
+    zero bytes, a backward's donated saved values free to hand on their storage, each extern kernel's scratch as
+    the partitioner's probe measured it for the fx nodes it was lowered from (``origins``, per node).
+    ``generated``, ``decided_by``, ``grouped`` and ``writable``: as in
+    :class:`~reorder.budget.allocation_model.AllocationModel` (:func:`generated_kernels`, :func:`kernel_groups`,
+    :func:`in_place_inputs`)."""
     planned = _planned_graph(session, graph_name)
-    return None if planned is None else _replay(*planned, generated, origins, decided_by, grouped)
-
-
-def _replay(plan: RegionPlan, kind: str, generated: Sequence[bool], origins: Sequence[frozenset[str]],
-            decided_by: Graph | None, grouped: Sequence[bool] | None) -> CompiledReplay:
-    """The replay of the ``kind`` graph of the region ``plan`` is for (arguments as in :func:`compiled_replay`)."""
+    if planned is None:
+        return None
+    plan, kind = planned
     measured = plan.scratch.get(kind, {})
-    scratch = tuple(0 if made else sum(measured.get(name, 0) for name in names)  # extern kernels' scratch only
-                    for made, names in zip(generated, origins)) if origins else None
-    return CompiledReplay(plan, kind, tuple(generated), scratch, decided_by,
-                          tuple(grouped) if grouped is not None else None)
+    scratch = [0 if made else sum(measured.get(name, 0) for name in names)  # extern kernels' scratch only
+               for made, names in zip(generated, origins)] if origins else None
+    donated = plan.donated_inputs if kind == "backward" else frozenset()
+    return AllocationModel.build(graph, generated, donated, scratch, decided_by, grouped, plan.free_inputs, writable)
+
+
+def note_model(session: Session | None, graph_name: str, peak: int) -> None:
+    """Remember the peak the model of ``graph_name``'s code promised for the order our pass kept, for the
+    region's record (``modelled_peak``) beside what the code's events say."""
+    planned = _planned_graph(session, graph_name)
+    if planned is not None:
+        planned[0].modelled[planned[1]] = peak
 
 
 def _planned_graph(session: Session | None, graph_name: str) -> tuple[RegionPlan, str] | None:
@@ -247,13 +227,25 @@ def owned_inputs(plan: RegionPlan, kind: str, code: GeneratedCode) -> list[str]:
     return [name for name in code.inputs if name not in plan.free_inputs]
 
 
+def owned_copies(session: Session | None, graph_name: str, graph_inputs: Iterable[str]) -> list[str]:
+    """The inputs of a budgeted region's backward that the step pays for although Inductor's model holds them as
+    parameters (named ``primals_*``): copies its forward made, such as a parameter or the batch laid out
+    channels-last for a convolution. The generated code's ``del`` frees them (:func:`owned_inputs`), so the
+    model of the code frees them too. None for any other graph."""
+    planned = _planned_graph(session, graph_name)
+    if planned is None or planned[1] != "backward" or not applies("layout_copies", session.options.model_rewrites):
+        return []
+    return [name for name in graph_inputs if name.startswith("primals_") and name not in planned[0].free_inputs]
+
+
 def amend(session: Session, plan: RegionPlan) -> None:
     """The region's record with its compiled peak (what earlier regions hold, plus the higher of its two
     graphs') and a verdict that holds only if that fits too; a WARNING where the plan met the budget and the
     compiled graphs do not."""
     record = plan.record
     compiled = record.held_before + max(plan.peaks.values())
-    amended = dataclasses.replace(record, compiled_peak=compiled,
+    modelled = record.held_before + max(plan.modelled.values()) if len(plan.modelled) == 2 else None
+    amended = dataclasses.replace(record, compiled_peak=compiled, modelled_peak=modelled,
                                   feasible=record.peak <= record.budget_bytes and compiled <= record.budget_bytes)
     session.replace(record, amended)
     plan.record = amended
@@ -263,19 +255,20 @@ def amend(session: Session, plan: RegionPlan) -> None:
                     f"{record.budget_bytes:,}", f"{record.peak:,}", f"{compiled:,}")
 
 
-def replay_of_nodes(session: Session | None, graph_name: str, nodes: list,
-                    decided_by: Graph | None = None) -> CompiledReplay | None:
-    """:func:`compiled_replay` for the scheduler ``nodes`` our reorder pass orders (``decided_by``: their graph
-    as Inductor's estimate counts it); None where there is none, or where it cannot be set up (a WARNING says
-    why: the order is then chosen on the estimates alone, and the region keeps the partitioner's verdict).
-    A graph of no budgeted region reads nothing of its nodes."""
-    planned = _planned_graph(session, graph_name)
-    if planned is None:
+def model_of_nodes(session: Session | None, graph_name: str, nodes: list, graph: Graph,
+                   decided_by: Graph | None = None) -> AllocationModel | None:
+    """:func:`compiled_model` for the scheduler ``nodes`` our reorder pass orders, as ``graph`` (``decided_by``:
+    their graph as Inductor's estimate counts it); None where there is none, or where it cannot be set up (a
+    WARNING says why: the order is then chosen on the estimates alone, and the region keeps the partitioner's
+    verdict). A graph of no budgeted region reads nothing of its nodes."""
+    if _planned_graph(session, graph_name) is None:
         return None
     try:
         grouped = kernel_groups(nodes) if applies("kernel_groups", session.options.model_rewrites) else None
-        return _replay(*planned, generated_kernels(nodes), origin_names(nodes), decided_by, grouped)
+        writable = in_place_inputs(nodes) if applies("in_place_reads", session.options.model_rewrites) else None
+        return compiled_model(session, graph_name, graph, generated_kernels(nodes), origin_names(nodes), decided_by,
+                              grouped, writable)
     except Exception as exc:  # noqa: BLE001 - the user's compile must go on
-        log.warning("reorder: could not replay the compiled %s for its memory budget: %s: %s", graph_name,
+        log.warning("reorder: could not model the compiled %s for its memory budget: %s: %s", graph_name,
                     type(exc).__name__, exc)
         return None

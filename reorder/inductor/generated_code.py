@@ -52,6 +52,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
+from ..sweep import live_bytes, peak_of
+
 __all__ = ["AllocationEvent", "GeneratedCode", "Replay", "freed_in_a_step", "hint_bytes", "is_foreign_call",
            "read_generated", "storage_expr"]
 
@@ -114,7 +116,9 @@ class GeneratedCode:
     ``events`` in running order; ``horizon``: one past the last step;
     ``foreign_steps``: the steps where code other than Inductor's kernels runs
     (extern kernels and fallbacks, which may allocate inside themselves);
-    ``inputs``: each graph input's storage bytes at the hints.
+    ``inputs``: each graph input's storage bytes at the hints; ``outputs``:
+    the buffers it returns (every other name it still holds dies when it
+    returns, with or without a ``del`` line; None: not known, nothing dies).
     """
 
     graph: str
@@ -122,6 +126,7 @@ class GeneratedCode:
     horizon: int
     foreign_steps: tuple[int, ...]
     inputs: Mapping[str, int]
+    outputs: frozenset[str] | None = None
 
     def plain(self) -> "GeneratedCode":
         """The same events without Inductor's objects (IR nodes, sympy sizes): what a session keeps."""
@@ -152,10 +157,11 @@ class GeneratedCode:
             if event.kind == "element" and event.reused is not None:
                 elements.setdefault(event.reused, []).append(event)
         held = {name: self.inputs[name] for name in owned if name in self.inputs}  # live name -> its storage's bytes
-        start = cur = peak = sum(held.values())
-        peak_event = -1
+        start = sum(held.values())
+        changes: list[tuple[int, int]] = []  # (1 + event index, bytes): step 0 is the start
+        during = [0]
         returned: set[str] = set()
-        for k, event in enumerate(self.events):
+        for k, event in enumerate(self.events, 1):
             made = []
             if event.kind in ("allocate", "extern") or (event.kind == "element" and event.name not in returned):
                 made = [event]
@@ -164,15 +170,19 @@ class GeneratedCode:
                 returned.update(e.name for e in made)
             for allocated in made:
                 held[allocated.name] = allocated.nbytes
-                cur += allocated.nbytes
+                changes.append((k, allocated.nbytes))
             if event.kind == "reuse" and event.reused in held:
                 held[event.name] = held.pop(event.reused)
             elif event.kind == "free" and event.name in held:
-                cur -= held.pop(event.name)
-            inside = sum(scratch.get(origin, 0) for origin in event.origins) if event.kind in ("extern", "call") else 0
-            if cur + inside > peak:
-                peak, peak_event = cur + inside, k
-        return Replay(start, peak, cur, peak_event)
+                changes.append((k, -held.pop(event.name)))
+            during.append(sum(scratch.get(origin, 0) for origin in event.origins)
+                          if event.kind in ("extern", "call") else 0)
+        if self.outputs is not None:  # the return drops every name the code still holds but returns
+            changes += [(len(during), -nbytes) for name, nbytes in held.items() if name not in self.outputs]
+            during.append(0)
+        live = live_bytes(len(during), changes, start)
+        peak, step = peak_of(live, during)
+        return Replay(start, peak, live[-1], step - 1)
 
 
 def read_generated(lines: Sequence, graph: str) -> GeneratedCode:
@@ -240,7 +250,8 @@ def read_generated(lines: Sequence, graph: str) -> GeneratedCode:
     for name, value in V.graph.graph_inputs.items():
         if isinstance(value, ir.TensorBox):
             inputs[name] = sized(value)[0]
-    return GeneratedCode(graph, tuple(events), step + 1, tuple(sorted(foreign_steps)), inputs)
+    return GeneratedCode(graph, tuple(events), step + 1, tuple(sorted(foreign_steps)), inputs,
+                         frozenset(V.graph.get_output_names()))
 
 
 def is_foreign_call(line: str) -> bool:

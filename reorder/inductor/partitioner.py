@@ -192,7 +192,7 @@ def _saved(graph, forward_module, num_fwd_outputs: int) -> list[int]:
 
 def _scratch_by_name(program) -> dict[str, int]:
     """A program's nodes that have scratch, by name (the joint graph's, which Inductor's graphs keep)."""
-    return {name: bytes_ for name, bytes_ in zip(program.graph.node_names, program.scratch) if bytes_}
+    return {name: bytes_ for name, bytes_ in zip(program.graph.node_names, program.scratch or ()) if bytes_}
 
 
 def _ops(graph, nodes) -> int:

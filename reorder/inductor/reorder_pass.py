@@ -27,13 +27,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from ..budget.allocation_model import AllocationModel
+from ..budget.allocation_search import lower_allocated_peak
 from ..graph import Graph
 from ..schedulers import ReorderResult, reorder_for_peak_memory
 from ..schedulers.across_sizes import inductor_reference, peaks_at_points
 from ..timeline import estimate_peak_memory
 from .adapter import freed_tangents, fx_graph_cache_hits, graph_being_compiled, graph_from_scheduler
 from .capture import write_capture
-from .compiled_budget import CompiledReplay, replay_of_nodes
+from .compiled_budget import model_of_nodes, note_model, owned_copies
 from .figures import INDUCTOR_METHODS, inductor_figures
 from .fusion_guard import finish_guard
 from .session import FallbackRecord, OrderRecord, Session, SessionBound, source_hash
@@ -134,7 +136,7 @@ class ReorderPass(_custom_scheduler_pass_base(), SessionBound):
     def _reorder(self, nodes: list, name: str, session: Session | None) -> tuple[OrderRecord, list[int]]:
         """The record and the order kept: among our methods' orders, as a real step runs them (tangents freed),
         and in a budgeted region's graph by what its generated code will allocate
-        (:func:`~reorder.inductor.compiled_budget.replay_of_nodes`, :func:`choose_order`)."""
+        (:func:`~reorder.inductor.compiled_budget.model_of_nodes`, :func:`choose_order`)."""
         options = self.options
         t0 = time.perf_counter()
         graph, state = graph_from_scheduler(nodes, name)
@@ -145,15 +147,18 @@ class ReorderPass(_custom_scheduler_pass_base(), SessionBound):
                                          max_seconds=options.max_seconds)
         incoming = estimate_peak_memory(graph)
         choice, real_graph = None, graph
-        if freed_tangents(nodes, state.graph_inputs):
-            real_graph, _ = graph_from_scheduler(nodes, name, free_tangents=True)
-        replay = replay_of_nodes(session, name, nodes, graph)
+        owned = owned_copies(session, name, state.graph_inputs)
+        if freed_tangents(nodes, state.graph_inputs, owned):
+            real_graph, _ = graph_from_scheduler(nodes, name, free_tangents=True, owned=owned)
+        allocation = model_of_nodes(session, name, nodes, real_graph, graph)
         t1 = time.perf_counter()
-        if real_graph is not graph or replay is not None:
-            choice = choose_order(graph, real_graph, result, options.methods, options.max_seconds, replay)
+        if real_graph is not graph or allocation is not None:
+            choice = choose_order(graph, real_graph, result, options.methods, options.max_seconds, allocation)
         choice_seconds = time.perf_counter() - t1
         captured = write_capture(options.capture_dir, name, graph, figures) if options.capture_dir else None
         order = choice.order if choice else result.order
+        if allocation is not None:
+            note_model(session, name, allocation.peak(order))
         notes = dict(choice.notes if choice else result.notes)
         if state.not_symbolic:
             notes["sizes"] = f"planned at the size hints only: {state.not_symbolic}"
@@ -216,7 +221,7 @@ class OrderChoice:
 
 
 def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, methods: Sequence[str] | None = None,
-                 max_seconds: float | None = None, replay: CompiledReplay | None = None) -> OrderChoice:
+                 max_seconds: float | None = None, allocation: AllocationModel | None = None) -> OrderChoice:
     """Our order for a graph as a real step runs it: its tangents freed, and under a memory budget, what its
     generated code allocates.
 
@@ -232,14 +237,15 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, methods
     methods), never worse than stock in either model, the order kept is the
     lowest by
 
-    1. with a ``replay`` (a graph of a region compiled under a memory budget,
-       :class:`~reorder.inductor.compiled_budget.CompiledReplay`), the peak
+    1. with an ``allocation`` model of ``real_graph`` (a graph of a region
+       compiled under a memory budget,
+       :func:`~reorder.inductor.compiled_budget.model_of_nodes`), the peak
        its generated code allocates: in-place updates and the reuse pool make
        orders of one estimate allocate different peaks;
     2. the estimate with the tangents freed;
     3. the estimate in Inductor's model.
 
-    With a ``replay``, that order's nodes are then moved one at a time while
+    With an ``allocation`` model, that order's nodes are then moved one at a time while
     each move lowers what the generated code allocates and keeps the estimate
     no higher than stock's (``moved_<m>``,
     :func:`~reorder.budget.allocation_search.lower_allocated_peak`). The
@@ -263,19 +269,19 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, methods
     stock = inductor_reference(result.peaks)
     points = list(result.points.items()) or [("hint", {})]
     table = peaks_at_points(graph, orders, points)
-    allocated = replay.peak if replay is not None else lambda g, order: 0
+    allocated = allocation.peak if allocation is not None else lambda order: 0
     scored = []
     for method, candidate in orders.items():
         if all(peaks[method] <= peaks[stock] for peaks in table.values()):
-            scored.append((allocated(real_graph, candidate), estimate_peak_memory(real_graph, candidate).peak,
+            scored.append((allocated(candidate), estimate_peak_memory(real_graph, candidate).peak,
                            table[points[0][0]][method], method, candidate))
     allocated_peak, real_peak, peak, method, order = min(scored, key=lambda s: s[:3])
-    if replay is not None:
+    if allocation is not None:
         def no_higher_than_stock(candidate: list[int]) -> bool:
             found = peaks_at_points(graph, {"moved": candidate, "stock": result.orders[stock]}, points)
             return all(peaks["moved"] <= peaks["stock"] for peaks in found.values())
 
-        moved, moved_peak = replay.lower(real_graph, order, no_higher_than_stock)
+        moved, moved_peak = lower_allocated_peak(allocation, order, no_higher_than_stock)
         if moved_peak < allocated_peak:
             allocated_peak, order, method = moved_peak, moved, f"moved_{method}"
             real_peak = estimate_peak_memory(real_graph, order).peak
@@ -288,7 +294,7 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, methods
         notes = {key: f"about {lowest}: {note}" if key in result.peaks and not note.startswith("about ") else note
                  for key, note in notes.items()}
         above = f"; its estimate, {peak:,} B, is {peak - result.peak:,} B above {lowest}, so it is not optimal"
-    allocated_by_lowest = allocated(real_graph, result.order)
+    allocated_by_lowest = allocated(result.order)
     if allocated_peak < allocated_by_lowest:
         notes["allocated"] = (f"kept {method} for what its generated code allocates: {allocated_peak:,} B against "
                               f"{allocated_by_lowest:,} B for {lowest}{above}")

@@ -66,6 +66,13 @@ REWRITES: tuple[Rewrite, ...] = (
             "the second argument's is folded",
             "torch/_inductor/fx_passes/post_grad.py: the addmm patterns (add(c, mm) registered first)", THROUGH_2_15,
             "tests/test_budget_inductor.py::test_an_addition_of_two_products_folds_the_product_inductor_folds"),
+    Rewrite("in_place_reads",
+            "a generated kernel writes its output into a buffer that dies there only where Inductor's scheduler "
+            "marked the read can_inplace (read at the index it writes: not across a layout change)",
+            "torch/_inductor/scheduler.py: SchedulerNode.can_inplace, BaseSchedulerNode.decide_inplace_update",
+            THROUGH_2_15, "tests/test_generated_code.py::test_the_model_of_each_compiled_graph_is_what_its_events_"
+                          "replay (the residual CNN's forward writes no output into a channels-last "
+                          "convolution's)"),
     Rewrite("kernel_groups",
             "on the CPU, buffers that die inside a group of generated kernels are freed when the group is flushed",
             "torch/_inductor/scheduler.py: Scheduler._codegen; codegen/cpp.py: CppScheduling.flush", THROUGH_2_15,

@@ -398,7 +398,11 @@ class PartitionRecord(_Record):
     compiled from the partition, once our pass has ordered the region's
     backward (:mod:`~reorder.inductor.compiled_budget`; None before that, or
     where the FX graph cache served the graphs); ``feasible`` then also needs
-    ``compiled_peak <= budget_bytes``.
+    ``compiled_peak <= budget_bytes``. ``modelled_peak``: the same peak as
+    the model of the generated code promised for the orders our pass kept,
+    before that code existed
+    (:class:`~reorder.budget.allocation_model.AllocationModel`): how far the
+    model is from what the code does.
 
     Peaks are the estimate of :func:`~reorder.budget.step_peak.step_peak`
     (the forward with its saved values, the backward freeing them, in the
@@ -426,6 +430,7 @@ class PartitionRecord(_Record):
     seconds: float = 0.0
     note: str = ""
     compiled_peak: int | None = None
+    modelled_peak: int | None = None
 
     kind = "partition"
 

@@ -38,6 +38,7 @@ import heapq
 from typing import Callable, Sequence
 
 from ..errors import PlanError
+from ..sweep import live_bytes, peak_of
 
 __all__ = ["STRATEGIES", "busiest_step", "live_bytes_bound", "naive", "linear_scan", "greedy_by_size", "greedy_by_breadth",
            "peak_stack", "skyline"]
@@ -47,17 +48,11 @@ Offsets = list[int]
 
 def busiest_step(starts: Sequence[int], ends: Sequence[int], sizes: Sequence[int]) -> tuple[int, int]:
     """``(step, bytes)``: the first step with the largest total size live, and that total (0, 0 when empty)."""
-    delta: dict[int, int] = {}
-    for s, e, z in zip(starts, ends, sizes):
-        delta[s] = delta.get(s, 0) + z
-        delta[e] = delta.get(e, 0) - z
-    live = best = 0
-    step = min(starts, default=0)
-    for t in sorted(delta):
-        live += delta[t]
-        if live > best:
-            step, best = t, live
-    return step, best
+    steps = sorted({*starts, *ends})  # the steps where something changes, in order
+    index = {t: k for k, t in enumerate(steps)}
+    changes = ((index[t], sign * z) for s, e, z in zip(starts, ends, sizes) for t, sign in ((s, 1), (e, -1)))
+    best, k = peak_of(live_bytes(len(steps), changes))
+    return (steps[k] if best else min(starts, default=0)), best
 
 
 def live_bytes_bound(starts: Sequence[int], ends: Sequence[int], sizes: Sequence[int]) -> int:

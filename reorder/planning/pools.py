@@ -54,6 +54,7 @@ from typing import Iterable, Sequence
 from ..errors import PlanError
 from ..sizes import (Expr, SymbolRange, align_expression, evaluate_bytes, evaluation_points, size_interval,
                      size_symbols)
+from ..sweep import live_bytes, peak_of
 from .offset_search import search_offsets
 from .slab import SlabPlan
 from .symbolic import StackedPlan, check_nonnegative, choose_stacking
@@ -274,16 +275,8 @@ def chained_components(members: Iterable[int], starts: Sequence[int], ends: Sequ
 def replayed_peak(horizon: int, allocations: Iterable[tuple[int, int, int]]) -> tuple[int, int]:
     """The highest total of ``(begin, end, bytes)`` allocations live (half-open, ``end <= horizon``) at one
     step, and the first step where it is reached (0 if nothing is ever live)."""
-    delta = [0] * (horizon + 1)
-    for begin, end, nbytes in allocations:
-        delta[begin] += nbytes
-        delta[end] -= nbytes
-    live = best = at = 0
-    for step, change in enumerate(delta):
-        live += change
-        if live > best:
-            best, at = live, step
-    return best, at
+    changes = ((step, sign * nbytes) for begin, end, nbytes in allocations for step, sign in ((begin, 1), (end, -1)))
+    return peak_of(live_bytes(horizon + 1, changes))
 
 
 class PoolPlanner:

@@ -1,0 +1,188 @@
+"""The model of what Inductor's generated code allocates for an order, before the code exists.
+
+Inductor's estimate (``torch/_inductor/memory.py``, :func:`~reorder.timeline.estimate_peak_memory`)
+counts every buffer from its producer to its last reader. The code Inductor
+generates allocates less, in two ways (``torch/_inductor/codegen/wrapper.py``
+and ``Scheduler.decide_inplace_update``, torch 2.13):
+
+* **in place**: a kernel Inductor generates writes its output into a buffer
+  it reads and is the last reader of, when the output needs between 95% and
+  100% of that buffer's storage; the output allocates nothing;
+* **reuse pool**: a buffer that dies goes into a pool keyed by its storage
+  size (and dtype and device, which bytes stand for here); a later allocation
+  of that size takes the most recently pooled one, and between the free and
+  the reuse the storage stays allocated. Inductor takes a reuse when the
+  allocation comes right after the free, or when holding the storage
+  between them keeps its own estimate (``memory.py``'s live bytes per node,
+  :func:`~reorder.timeline.estimate_peak_memory` here) at or under that
+  estimate's peak, and then counts the held storage in its estimate
+  (``AllocateLine.should_reuse_buffer``, ``EfficientPeakEstimate``); a
+  refused reuse goes back to the pool and the new buffer is allocated.
+
+* **kernel groups** (CPU): Inductor's C++ backend gathers consecutive
+  kernels it generates into one kernel group and frees the buffers that died
+  in it only when the group is flushed (``Scheduler._codegen``: before the
+  next extern kernel, or at the end; ``CppScheduling.flush``), so those
+  buffers stay allocated through the whole group and go into the pool only
+  after it. Triton frees after every kernel.
+
+Only buffers the program allocated, and donated inputs (saved values the
+backward owns), can be handed on; views and multi-output parents cannot.
+A kernel's scratch (what an extern kernel allocates and frees while it
+runs) adds to the bytes live during its step and nothing after it.
+:class:`AllocationModel` is one graph with what these rules need to know
+(which kernels Inductor generates, which buffers may hand on their storage,
+each node's scratch, the estimate the wrapper decides its reuses by, the
+kernel groups); :meth:`AllocationModel.peak` replays an order under them and
+returns the peak of the bytes allocated, the allocator's view of the
+program. It is built from a step's program before Inductor lowers anything
+(:func:`~reorder.budget.step_peak.programs_of`, which ranks partitions) and
+from Inductor's scheduler nodes before its code is generated
+(:func:`~reorder.inductor.compiled_budget.compiled_model`, which orders a
+budgeted graph). Once the code exists, its own events
+(:mod:`~reorder.inductor.generated_code`) say what it allocates, and the
+model's peak for the order kept is recorded beside theirs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Collection, Iterator, Sequence
+
+from ..graph import Graph
+from ..sweep import live_bytes, peak_of
+from ..timeline import Lifetimes, Timeline, estimate_peak_memory
+
+__all__ = ["AllocationModel", "release_steps", "storage_handed_on"]
+
+
+@dataclass(frozen=True)
+class AllocationModel:
+    """What the generated code of ``graph`` allocates for any order of its nodes (see the module docstring).
+
+    ``generated[v]``: Inductor generates node ``v``'s kernel (extern kernels
+    such as matrix products never write in place); ``reusable[b]``: buffer
+    ``b``'s storage may be handed to another buffer once ``b`` dies
+    (:func:`storage_handed_on`); ``scratch[v]``: bytes node ``v``'s kernel allocates and frees while it runs,
+    its workspace included (none by default); ``decided_by``: the same nodes and buffers as Inductor's estimate
+    sees them, when ``graph`` counts them otherwise (parameters at zero bytes, tangents freed): the wrapper
+    decides its reuses by Inductor's own estimate, so a reuse it refuses, or takes, must be the one refused or
+    taken here (default: ``graph``); ``grouped[v]``: node ``v`` joins the C++ backend's kernel group (a
+    generated kernel or a no-op on CPU; an extern kernel flushes it); None: every node frees its dead buffers
+    right after it (Triton); ``writable[v]``: the buffers node ``v``'s kernel may write its output into, where
+    Inductor has said so (its scheduler's ``NodeUser.can_inplace``: the kernel reads the buffer at the index it
+    writes, so a layout change rules it out); None: any buffer a generated kernel reads.
+    """
+
+    graph: Graph
+    generated: tuple[bool, ...]
+    reusable: tuple[bool, ...]
+    scratch: tuple[int, ...] | None = None
+    decided_by: Graph | None = None
+    grouped: tuple[bool, ...] | None = None
+    writable: tuple[frozenset[int], ...] | None = None
+
+    @classmethod
+    def build(cls, graph: Graph, generated: Sequence[bool], donated: Collection[str] = frozenset(),
+              scratch: Sequence[int] | None = None, decided_by: Graph | None = None,
+              grouped: Sequence[bool] | None = None, free_inputs: Collection[str] = frozenset(),
+              writable: Sequence[Collection[str]] | None = None) -> AllocationModel:
+        """The model of ``graph`` with the inputs named in ``free_inputs`` at zero bytes (they live before the
+        program and after it), the inputs named in ``donated`` free to hand on their storage once they die, each
+        node's workspace added to its ``scratch``, and ``writable`` given by buffer names."""
+        graph = graph.with_free_inputs(free_inputs)
+        during = tuple(w + (scratch[v] if scratch is not None else 0) for v, w in enumerate(graph.workspace))
+        index = graph.buffer_index
+        into = None if writable is None else tuple(frozenset(index[b] for b in names if b in index)
+                                                   for names in writable)
+        return cls(graph, tuple(generated), storage_handed_on(graph, donated), during if any(during) else None,
+                   decided_by, tuple(grouped) if grouped is not None else None, into)
+
+    def peak(self, order: Sequence[int]) -> int:
+        """The peak bytes the generated code allocates when it runs ``order``."""
+        return peak_of(*self.live(order))[0]
+
+    def live(self, order: Sequence[int]) -> tuple[list[int], list[int]]:
+        """Per step of ``order`` (and one after the last): the bytes allocated, and the bytes held only while the
+        step runs (its kernel's scratch)."""
+        estimate = estimate_peak_memory(self.graph, order)
+        n = self.graph.num_nodes
+        released = release_steps(order, self.grouped)
+        allocates, frees = self._handed_on(order, estimate, released)
+        live = live_bytes(n + 1, _changes(self.graph, estimate.lifetimes, released, allocates, frees))
+        during = [self.scratch[v] for v in order] + [0] if self.scratch is not None else None
+        return live, during
+
+    def _handed_on(self, order: Sequence[int], estimate: Timeline,
+                   released: Sequence[int]) -> tuple[list[int], list[int]]:
+        """Per buffer, the bytes it allocates and frees once in-place writes and the reuse pool have handed
+        storage from dead buffers to new ones (see the module docstring); ``estimate``: Inductor's of ``order``
+        on :attr:`graph`."""
+        graph, reusable, life = self.graph, self.reusable, estimate.lifetimes
+        judged = estimate if self.decided_by is None else estimate_peak_memory(self.decided_by, order)
+        estimated = list(judged.live[:graph.num_nodes])  # Inductor's estimate per step, with the reuses' holds
+        allocates = list(graph.size_alloc)
+        frees = [0 if graph.is_output[b] else graph.size_free[b] for b in range(graph.num_buffers)]
+        handed = [False] * graph.num_buffers  # its storage went on to another buffer
+        pool: dict[int, list[int]] = {}  # storage size -> buffers that died, most recent last
+        dying: list[list[int]] = [[] for _ in range(graph.num_nodes)]
+        for b in range(graph.num_buffers):
+            if life.end[b] is not None and reusable[b] and not graph.is_output[b]:
+                dying[released[life.end[b]]].append(b)
+        for step, v in enumerate(order):
+            for k, b in enumerate(graph.outputs[v]):
+                size = graph.size_alloc[b]
+                if graph.alias_of[b] is not None or graph.parent[b] is not None or graph.children[b] or not size:
+                    continue
+                taken = None
+                if self.generated[v]:  # a fused kernel's member may also write into an earlier member's output
+                    readable = graph.reads[v] if self.writable is None else \
+                        [x for x in (*graph.reads[v], *graph.outputs[v][:k]) if x in self.writable[v]]
+                    taken = next((x for x in readable if reusable[x] and not handed[x] and life.end[x] == step
+                                  and not graph.is_output[x] and 0.95 * graph.size_free[x] <= size <= graph.size_free[x]),
+                                 None)
+                if taken is None and pool.get(size):
+                    held = range(released[life.end[pool[size][-1]]] + 1, step)  # steps its storage would be held
+                    if not held or size + max(estimated[t] for t in held) <= judged.peak:
+                        taken = pool[size].pop()
+                        for t in held:
+                            estimated[t] += size
+                if taken is not None:  # b lives in taken's storage: nothing allocated, freed when b dies
+                    handed[taken] = True
+                    allocates[b] = 0
+                    frees[b] = 0 if graph.is_output[b] else frees[taken]
+                    frees[taken] = 0
+            for x in dying[step]:
+                if not handed[x]:
+                    pool.setdefault(graph.size_free[x], []).append(x)
+        return allocates, frees
+
+
+def storage_handed_on(graph: Graph, donated: Collection[str] = frozenset()) -> tuple[bool, ...]:
+    """Per buffer: its storage may go on to another buffer once it dies. Only a buffer the program allocated, or
+    an input named in ``donated`` (a saved value the backward owns), can hand it on; views and multi-output
+    parents cannot."""
+    return tuple(not graph.children[b] and graph.alias_of[b] is None and
+                 (not graph.is_input[b] or graph.buffer_names[b] in donated) for b in range(graph.num_buffers))
+
+
+def _changes(graph: Graph, life: Lifetimes, released: Sequence[int], allocates: Sequence[int],
+             frees: Sequence[int]) -> Iterator[tuple[int, int]]:
+    """The model's changes of allocated bytes: each buffer's allocation at its start, its free after the step
+    that releases its last reader's dead buffers."""
+    for b in range(graph.num_buffers):
+        yield life.start[b], allocates[b]
+        if life.end[b] is not None:
+            yield released[life.end[b]] + 1, -frees[b]
+
+
+def release_steps(order: Sequence[int], grouped: Sequence[bool] | None) -> list[int]:
+    """Per step of ``order``, the step after which the buffers that die there are freed: itself, or with
+    ``grouped`` (see :class:`AllocationModel`) the last step of the run of grouped nodes it is in."""
+    n = len(order)
+    released = list(range(n))
+    if grouped is not None:
+        for t in range(n - 2, -1, -1):
+            if grouped[order[t]] and grouped[order[t + 1]]:
+                released[t] = released[t + 1]
+    return released
