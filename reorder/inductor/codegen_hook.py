@@ -5,6 +5,8 @@ kernels are generated and before the wrapper's text is written. The hook
 runs there, for the compile's own session
 (:func:`~reorder.inductor.reorder_pass.compiling_session`):
 
+0. the fusion guard's record of the graph is closed (its fusions and our
+   order are done: :func:`~reorder.inductor.fusion_guard.finish_guard`);
 1. the memory planning: our pools with ``slab=True``
    (:func:`~reorder.inductor.slab.plan_slab`), else Inductor's own;
 2. then what the planned code allocates is read
@@ -13,8 +15,8 @@ runs there, for the compile's own session
    budgeted region, checked against its budget
    (:func:`~reorder.inductor.compiled_budget.check_generated`).
 
-A compile of no session of ours, or of a session that asked for neither,
-runs Inductor's passes untouched. The class is shared by every thread, so
+A compile of no session of ours, or of a session that asked for none of
+the slab, the budget and the guard, runs Inductor's passes untouched. The class is shared by every thread, so
 the patch is process-wide and counted: the last :func:`uninstall_codegen`
 puts back exactly the method the first :func:`install_codegen` replaced.
 """
@@ -25,6 +27,7 @@ import logging
 import threading
 
 from .compiled_budget import check_generated
+from .fusion_guard import finish_guard
 from .generated_code import read_generated
 from .reorder_pass import compiling_session, graph_being_compiled
 from .slab import plan_slab
@@ -42,6 +45,8 @@ def wrapper_passes(wrapper, previous, is_inference: bool) -> None:
     """``run_wrapper_ir_passes`` for the compiling session (see the module docstring); ``previous`` is
     Inductor's own."""
     session = compiling_session()
+    if session is not None:
+        finish_guard(session.token, graph_being_compiled())  # fusion and our order are done: the guard's record
     if session is not None and session.options.slab:
         plan_slab(wrapper, previous, is_inference, session)
     else:

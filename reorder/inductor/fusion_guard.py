@@ -53,8 +53,9 @@ guard); **deterministic** (the work is a count: window steps and rebuilt
 nodes; past ``max_work`` per graph the guard allows everything and says so
 in the record). Every graph compiled under the guard adds one
 :class:`~reorder.inductor.session.GuardRecord` to the guard's session, also
-a graph where Inductor asked about no fusion (``checks=0``): the reorder
-pass, which runs once fusion is done, closes it (:func:`finish_guard`).
+a graph where Inductor asked about no fusion (``checks=0``): the code
+generation hook, which runs once fusion and our order are done, closes it
+(:func:`finish_guard`).
 Each blocked fusion is logged at DEBUG.
 
 Inductor builds its choices object from ``config.inductor_choices_class``
@@ -335,7 +336,8 @@ def choices_factory(session: Session):
 def finish_guard(session_token: int, graph: str) -> None:
     """After fusion: the guard Inductor asked for this graph, if it is ``session_token``'s, closes its record.
 
-    Called by the reorder pass; never fails the compile (an error is logged as a WARNING).
+    Called at code generation (:mod:`~reorder.inductor.codegen_hook`); never fails the compile (an error is
+    logged as a WARNING).
     """
     try:
         from torch._inductor.virtualized import V

@@ -57,12 +57,13 @@ _KEYS = ("_post_fusion_custom_pass", "reorder_for_peak_memory", "force_disable_c
 
 @dataclass(frozen=True)
 class _Installation:
-    """One :func:`install` not yet undone: its session and the settings it replaced (none where the hook stayed
-    off under an unsupported torch release)."""
+    """One :func:`install` not yet undone: its session, the settings it replaced (none where the hook stayed
+    off under an unsupported torch release) and whether it patched Inductor's code generation."""
 
     session: Session
     config: dict
     hooked: bool = True
+    codegen: bool = False
 
 
 #: This context's installations, innermost last.
@@ -117,9 +118,10 @@ def install(options: HookOptions | None = None, **fields) -> Session:
     runs_inductors = bool(saved["reorder_for_peak_memory"])
     reorder_pass = ReorderPass(session, previous=saved["_post_fusion_custom_pass"],
                                inductor_fallback=runs_inductors and not options.keep_inductor_pass)
-    if options.slab or options.memory_budget is not None:
+    codegen = bool(options.slab or options.memory_budget is not None or guard)
+    if codegen:
         install_codegen()
-    _installed.set((*_installed.get(), _Installation(session, saved)))
+    _installed.set((*_installed.get(), _Installation(session, saved, codegen=codegen)))
     config._post_fusion_custom_pass = reorder_pass
     if not options.keep_inductor_pass:
         config.reorder_for_peak_memory = False
@@ -152,7 +154,7 @@ def uninstall() -> Session | None:
     if last.hooked:
         from torch._inductor import config
 
-        if last.session.options.slab or last.session.options.memory_budget is not None:
+        if last.codegen:
             uninstall_codegen()
         for key, value in last.config.items():
             setattr(config, key, value)

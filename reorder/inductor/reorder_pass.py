@@ -37,8 +37,7 @@ from .adapter import freed_tangents, fx_graph_cache_hits, graph_being_compiled, 
 from .capture import write_capture
 from .compiled_budget import model_of_nodes, note_model, owned_copies
 from .figures import INDUCTOR_METHODS, inductor_figures
-from .fusion_guard import finish_guard
-from .session import FallbackRecord, OrderRecord, Session, SessionBound, source_hash
+from .session import FallbackRecord, HookOptions, OrderRecord, Session, SessionBound, source_hash
 
 __all__ = ["OrderChoice", "ReorderPass", "choose_order", "compiling_session"]
 
@@ -80,10 +79,7 @@ class ReorderPass(_custom_scheduler_pass_base(), SessionBound):
     inductor_fallback: on a failure of ours, run Inductor's ``reorder_for_peak_memory``
         (set when Inductor's own pass was switched off for ours).
 
-    The post-fusion pass is the point where a graph's fusions are done, so it
-    also closes the fusion guard's record of the graph
-    (:func:`~reorder.inductor.fusion_guard.finish_guard`) and records the FX
-    graph cache hits since the previous graph.
+    It also records the FX graph cache hits since the previous graph.
     """
 
     def __init__(self, session: Session, previous=None, inductor_fallback: bool = False):
@@ -105,10 +101,7 @@ class ReorderPass(_custom_scheduler_pass_base(), SessionBound):
         session = self.session
         if session is not None:
             session.note_cache_hits(fx_graph_cache_hits())
-        try:
-            return self._reorder_or_keep(nodes, name, session)
-        finally:
-            finish_guard(self.session_token, name)
+        return self._reorder_or_keep(nodes, name, session)
 
     def _reorder_or_keep(self, nodes: list, name: str, session: Session | None) -> list:
         try:
@@ -153,7 +146,7 @@ class ReorderPass(_custom_scheduler_pass_base(), SessionBound):
         allocation = model_of_nodes(session, name, nodes, real_graph, graph)
         t1 = time.perf_counter()
         if real_graph is not graph or allocation is not None:
-            choice = choose_order(graph, real_graph, result, options.methods, options.max_seconds, allocation)
+            choice = choose_order(graph, real_graph, result, options, allocation)
         choice_seconds = time.perf_counter() - t1
         captured = write_capture(options.capture_dir, name, graph, figures) if options.capture_dir else None
         order = choice.order if choice else result.order
@@ -220,8 +213,8 @@ class OrderChoice:
     notes: dict[str, str] = field(default_factory=dict)
 
 
-def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, methods: Sequence[str] | None = None,
-                 max_seconds: float | None = None, allocation: AllocationModel | None = None) -> OrderChoice:
+def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, options: HookOptions = HookOptions(),
+                 allocation: AllocationModel | None = None) -> OrderChoice:
     """Our order for a graph as a real step runs it: its tangents freed, and under a memory budget, what its
     generated code allocates.
 
@@ -231,7 +224,8 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, methods
     tangents (:func:`~reorder.inductor.adapter.freed_tangents`), so two orders
     it rates equal can differ in a real step by the tangent's bytes: the one
     that reads it last holds it longest. Our methods run again on
-    ``real_graph`` (when it differs), from every order found so far. Among
+    ``real_graph`` (when it differs), from every order found so far (with
+    ``options.methods`` and ``options.max_seconds``, as ``result``). Among
     the orders whose estimate in Inductor's model is no higher than stock's
     choice (the first lowest of the incoming order and Inductor's three
     methods), never worse than stock in either model, the order kept is the
@@ -263,7 +257,8 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, methods
     """
     orders = {}
     if real_graph is not graph:
-        real_result = reorder_for_peak_memory(real_graph, methods, candidates=result.orders, max_seconds=max_seconds)
+        real_result = reorder_for_peak_memory(real_graph, options.methods, candidates=result.orders,
+                                              max_seconds=options.max_seconds)
         orders = {f"tangents_freed_{m}": o for m, o in real_result.orders.items()}
     orders.update(result.orders)
     stock = inductor_reference(result.peaks)
