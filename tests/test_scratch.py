@@ -153,3 +153,25 @@ def test_a_probe_that_fails_counts_nothing_and_is_tried_again(monkeypatch):
     assert scratch_bytes(node, channels_last=False) == 0
     monkeypatch.undo()
     assert scratch_bytes(node, channels_last=False) > 0
+
+
+def test_a_compiled_kernels_scratch_is_measured_in_the_layout_its_operands_arrive_in():
+    """Once Inductor has lowered a convolution's backward, its operands' strides are known: the scratch is the
+    kernel run by hand on ones in exactly those strides (no copy of ours assumed), whatever the joint graph's
+    strides said; operands of another shape than the probe's are not measured."""
+    gm, _ = joint_of_a_cnn()
+    node = next(n for n in gm.graph.nodes if n.target is aten.convolution_backward.default)
+    probe = scratch.probe_of(node)
+    assert probe is not None and probe[0] is aten.convolution_backward.default
+    tensors = [a.meta["val"] for a in node.args if isinstance(a, torch.fx.Node)]
+    shapes = [tuple(t.shape) for t in tensors]
+    for layout in (torch.contiguous_format, torch.channels_last):
+        operands = [torch.ones(t.shape).contiguous(memory_format=layout) for t in tensors]
+        args = [operands.pop(0) if isinstance(a, torch.fx.Node) else a for a in node.args]
+        kept = []
+        peak = measure(lambda: kept.append(node.target(*args)), "cpu").peak
+        produced = sum(t.untyped_storage().nbytes() for t in kept[0] if t is not None)
+        strides = [a.stride() for a in args if isinstance(a, torch.Tensor)]
+        assert scratch.scratch_in_layout(probe, strides, shapes) == max(0, peak - produced)
+    assert scratch.scratch_in_layout(probe, strides, [(1, *shapes[0][1:]), *shapes[1:]]) is None
+    assert scratch.probe_of(next(n for n in gm.graph.nodes if n.op == "placeholder")) is None

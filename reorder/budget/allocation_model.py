@@ -2,7 +2,7 @@
 
 Inductor's estimate (``torch/_inductor/memory.py``, :func:`~reorder.timeline.estimate_peak_memory`)
 counts every buffer from its producer to its last reader. The code Inductor
-generates allocates less, in two ways (``torch/_inductor/codegen/wrapper.py``
+generates allocates less, in three ways (``torch/_inductor/codegen/wrapper.py``
 and ``Scheduler.decide_inplace_update``, torch 2.13):
 
 * **in place**: a kernel Inductor generates writes its output into a buffer
@@ -71,7 +71,9 @@ class AllocationModel:
     generated kernel or a no-op on CPU; an extern kernel flushes it); None: every node frees its dead buffers
     right after it (Triton); ``writable[v]``: the buffers node ``v``'s kernel may write its output into, where
     Inductor has said so (its scheduler's ``NodeUser.can_inplace``: the kernel reads the buffer at the index it
-    writes, so a layout change rules it out); None: any buffer a generated kernel reads.
+    writes, so a layout change rules it out); None: any buffer a generated kernel reads; ``local``: buffers a
+    fused kernel makes and uses up inside itself, which Inductor never allocates
+    (``Kernel.remove_kernel_local_buffers``).
     """
 
     graph: Graph
@@ -81,22 +83,24 @@ class AllocationModel:
     decided_by: Graph | None = None
     grouped: tuple[bool, ...] | None = None
     writable: tuple[frozenset[int], ...] | None = None
+    local: frozenset[int] = frozenset()
 
     @classmethod
     def build(cls, graph: Graph, generated: Sequence[bool], donated: Collection[str] = frozenset(),
               scratch: Sequence[int] | None = None, decided_by: Graph | None = None,
               grouped: Sequence[bool] | None = None, free_inputs: Collection[str] = frozenset(),
-              writable: Sequence[Collection[str]] | None = None) -> AllocationModel:
+              writable: Sequence[Collection[str]] | None = None, local: Collection[str] = ()) -> AllocationModel:
         """The model of ``graph`` with the inputs named in ``free_inputs`` at zero bytes (they live before the
         program and after it), the inputs named in ``donated`` free to hand on their storage once they die, each
-        node's workspace added to its ``scratch``, and ``writable`` given by buffer names."""
+        node's workspace added to its ``scratch``, and ``writable`` and ``local`` given by buffer names."""
         graph = graph.with_free_inputs(free_inputs)
         during = tuple(w + (scratch[v] if scratch is not None else 0) for v, w in enumerate(graph.workspace))
         index = graph.buffer_index
         into = None if writable is None else tuple(frozenset(index[b] for b in names if b in index)
                                                    for names in writable)
         return cls(graph, tuple(generated), storage_handed_on(graph, donated), during if any(during) else None,
-                   decided_by, tuple(grouped) if grouped is not None else None, into)
+                   decided_by, tuple(grouped) if grouped is not None else None, into,
+                   frozenset(index[b] for b in local if b in index))
 
     def peak(self, order: Sequence[int]) -> int:
         """The peak bytes the generated code allocates when it runs ``order``."""
@@ -121,18 +125,19 @@ class AllocationModel:
         graph, reusable, life = self.graph, self.reusable, estimate.lifetimes
         judged = estimate if self.decided_by is None else estimate_peak_memory(self.decided_by, order)
         estimated = list(judged.live[:graph.num_nodes])  # Inductor's estimate per step, with the reuses' holds
-        allocates = list(graph.size_alloc)
-        frees = [0 if graph.is_output[b] else graph.size_free[b] for b in range(graph.num_buffers)]
+        allocates = [0 if b in self.local else size for b, size in enumerate(graph.size_alloc)]
+        frees = [0 if graph.is_output[b] or b in self.local else graph.size_free[b] for b in range(graph.num_buffers)]
         handed = [False] * graph.num_buffers  # its storage went on to another buffer
         pool: dict[int, list[int]] = {}  # storage size -> buffers that died, most recent last
         dying: list[list[int]] = [[] for _ in range(graph.num_nodes)]
         for b in range(graph.num_buffers):
-            if life.end[b] is not None and reusable[b] and not graph.is_output[b]:
+            if life.end[b] is not None and reusable[b] and not graph.is_output[b] and b not in self.local:
                 dying[released[life.end[b]]].append(b)
         for step, v in enumerate(order):
             for k, b in enumerate(graph.outputs[v]):
                 size = graph.size_alloc[b]
-                if graph.alias_of[b] is not None or graph.parent[b] is not None or graph.children[b] or not size:
+                if (graph.alias_of[b] is not None or graph.parent[b] is not None or graph.children[b] or not size
+                        or b in self.local):
                     continue
                 taken = None
                 if self.generated[v]:  # a fused kernel's member may also write into an earlier member's output

@@ -57,15 +57,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass, field
-from typing import Collection, Iterable, Sequence
+from typing import Collection, Iterable, Mapping, Sequence
 
 from ..budget.allocation_model import AllocationModel
 from ..graph import Graph
-from .generated_code import GeneratedCode
+from .generated_code import GeneratedCode, hint_bytes
+from .scratch import scratch_in_layout
 from .rewrites import applies
 from .session import PartitionRecord, Session
 
-__all__ = ["RegionPlan", "check_generated", "compiled_model", "expect_region", "generated_kernels", "in_place_inputs", "model_of_nodes",
+__all__ = ["RegionPlan", "check_generated", "compiled_model", "expect_region", "generated_kernels", "in_place_inputs", "kernel_local_buffers", "kernel_scratch", "model_of_nodes",
            "note_model", "origin_names", "owned_copies", "owned_inputs", "region_of"]
 
 log = logging.getLogger("reorder")
@@ -75,8 +76,10 @@ log = logging.getLogger("reorder")
 class RegionPlan:
     """What the check of one region needs from its partition: its record (as added to the session), the inputs
     that cost nothing, the saved values the backward owns, the scratch of the nodes that have any in each graph
-    (``"forward"`` and ``"backward"``: node name -> bytes), the replayed peak of each graph compiled so far, and
-    the peak the model of its code promised for the order kept (:func:`note_model`)."""
+    (``"forward"`` and ``"backward"``: node name -> bytes), the replayed peak of each graph compiled so far,
+    the peak the model of its code promised for the order kept (:func:`note_model`), and the probed nodes'
+    operators and arguments (node name -> :func:`~reorder.inductor.scratch.probe_of`), to measure their kernels
+    again in the layouts Inductor gave them (:func:`kernel_scratch`)."""
 
     record: PartitionRecord
     free_inputs: frozenset[str]
@@ -84,6 +87,7 @@ class RegionPlan:
     scratch: dict[str, dict[str, int]] = field(default_factory=dict)
     peaks: dict[str, int] = field(default_factory=dict)
     modelled: dict[str, int] = field(default_factory=dict)
+    probes: dict[str, tuple] = field(default_factory=dict)
 
 
 def region_of(graph_name: str) -> tuple[str, str] | None:
@@ -140,6 +144,30 @@ def in_place_inputs(nodes: list) -> list[frozenset[str]]:
     return found
 
 
+def kernel_local_buffers(nodes: list) -> frozenset[str]:
+    """The buffers a fused kernel's pointwise members make and only its pointwise members read, not a graph
+    output: the kernel computes them in the loop that reads them and Inductor allocates nothing for them
+    (``Kernel.remove_kernel_local_buffers``, asking ``Scheduler.can_buffer_be_removed_through_fusion``), though
+    its estimate counts them. What a reduction makes or reads is stored between the kernel's loops, and stays."""
+    from torch._inductor.virtualized import V
+
+    if not nodes:
+        return frozenset()
+    scheduler, outputs = nodes[0].scheduler, set(V.graph.get_output_names())
+    local = set()
+    for node in nodes:
+        members = node.get_nodes()
+        if len(members) < 2:
+            continue
+        names = {member.get_name() for member in members}
+        pointwise = {member.get_name() for member in members if not member.is_reduction()}
+        local.update(buf.get_name() for member in members if member.get_name() in pointwise
+                     for buf in member.get_outputs() if buf.get_name() not in outputs
+                     and scheduler.can_buffer_be_removed_through_fusion(buf.get_name(), names)
+                     and all(user.get_name() in pointwise for user in buf.users if not user.is_weak))
+    return frozenset(local)
+
+
 def kernel_groups(nodes: list) -> list[bool] | None:
     """Per scheduler node: it joins the kernel group Inductor's C++ backend gathers (a kernel it generates on
     the CPU, or a no-op), whose dead buffers are freed only when an extern kernel or the end flushes it; None
@@ -161,24 +189,49 @@ def origin_names(nodes: list) -> list[frozenset[str]]:
 
 def compiled_model(session: Session | None, graph_name: str, graph: Graph, generated: Sequence[bool],
                    origins: Sequence[frozenset[str]] = (), decided_by: Graph | None = None,
-                   grouped: Sequence[bool] | None = None,
-                   writable: Sequence[Collection[str]] | None = None) -> AllocationModel | None:
+                   grouped: Sequence[bool] | None = None, writable: Sequence[Collection[str]] | None = None,
+                   kernels: Mapping[str, int] | None = None, local: Collection[str] = ()) -> AllocationModel | None:
     """What the generated code of ``graph_name`` will allocate for any order of ``graph``'s nodes, if it is the
     forward or backward of a budgeted region (see the module docstring), else None: the region's free inputs at
     zero bytes, a backward's donated saved values free to hand on their storage, each extern kernel's scratch as
-    the partitioner's probe measured it for the fx nodes it was lowered from (``origins``, per node).
-    ``generated``, ``decided_by``, ``grouped`` and ``writable``: as in
+    the partitioner's probe measured it for the fx nodes it was lowered from (``origins``, per node), or as
+    ``kernels`` gives it by those names (:func:`kernel_scratch`).
+    ``generated``, ``decided_by``, ``grouped``, ``writable`` and ``local``: as in
     :class:`~reorder.budget.allocation_model.AllocationModel` (:func:`generated_kernels`, :func:`kernel_groups`,
-    :func:`in_place_inputs`)."""
+    :func:`in_place_inputs`, :func:`kernel_local_buffers`)."""
     planned = _planned_graph(session, graph_name)
     if planned is None:
         return None
     plan, kind = planned
-    measured = plan.scratch.get(kind, {})
+    measured = plan.scratch.get(kind, {}) if kernels is None else kernels
     scratch = [0 if made else sum(measured.get(name, 0) for name in names)  # extern kernels' scratch only
                for made, names in zip(generated, origins)] if origins else None
     donated = plan.donated_inputs if kind == "backward" else frozenset()
-    return AllocationModel.build(graph, generated, donated, scratch, decided_by, grouped, plan.free_inputs, writable)
+    return AllocationModel.build(graph, generated, donated, scratch, decided_by, grouped, plan.free_inputs, writable,
+                                 local)
+
+
+def kernel_scratch(plan: RegionPlan, kind: str, kernels: Sequence) -> dict[str, int]:
+    """The scratch of the ``kind`` graph's extern kernels by the fx node names they were lowered from: each
+    probed one measured again with its operands laid out as Inductor lowered them (the IR ``kernels``' inputs:
+    a program the partitioner thought plain may hand a backward convolution channels-last operands, and the
+    copies Inductor makes are its own buffers, not scratch; :func:`~reorder.inductor.scratch.scratch_in_layout`),
+    the partitioner's probe for the others."""
+    found = dict(plan.scratch.get(kind, {}))
+    for kernel in kernels:
+        names = [origin.name for origin in getattr(kernel, "origins", ()) if origin.name in plan.probes]
+        if len(names) != 1:
+            continue
+        try:
+            inputs = [i for i in kernel.inputs if hasattr(i, "get_stride")]
+            strides = [tuple(hint_bytes(s) for s in i.get_stride()) for i in inputs]
+            shapes = [tuple(hint_bytes(s) for s in i.get_size()) for i in inputs]
+        except Exception:  # noqa: BLE001 - a kernel we cannot read keeps the probe's figure
+            continue
+        measured = scratch_in_layout(plan.probes[names[0]], strides, shapes)
+        if measured is not None:
+            found[names[0]] = measured
+    return found
 
 
 def note_model(session: Session | None, graph_name: str, peak: int) -> None:
@@ -210,7 +263,8 @@ def check_generated(session: Session | None, graph_name: str, code: GeneratedCod
         return
     plan, kind = planned
     try:
-        plan.peaks[kind] = code.replay(owned_inputs(plan, kind, code), plan.scratch.get(kind, {})).peak
+        externs = [event.node for event in code.events if event.kind in ("extern", "call") and event.node is not None]
+        plan.peaks[kind] = code.replay(owned_inputs(plan, kind, code), kernel_scratch(plan, kind, externs)).peak
         if len(plan.peaks) == 2:
             amend(session, plan)
     except Exception as exc:  # noqa: BLE001 - the user's compile must go on
@@ -266,8 +320,11 @@ def model_of_nodes(session: Session | None, graph_name: str, nodes: list, graph:
     try:
         grouped = kernel_groups(nodes) if applies("kernel_groups", session.options.model_rewrites) else None
         writable = in_place_inputs(nodes) if applies("in_place_reads", session.options.model_rewrites) else None
+        plan, kind = _planned_graph(session, graph_name)
+        kernels = kernel_scratch(plan, kind, [node.node for node in nodes if node.is_extern()])
+        local = kernel_local_buffers(nodes) if applies("kernel_local_buffers", session.options.model_rewrites) else ()
         return compiled_model(session, graph_name, graph, generated_kernels(nodes), origin_names(nodes), decided_by,
-                              grouped, writable)
+                              grouped, writable, kernels, local)
     except Exception as exc:  # noqa: BLE001 - the user's compile must go on
         log.warning("reorder: could not model the compiled %s for its memory budget: %s: %s", graph_name,
                     type(exc).__name__, exc)

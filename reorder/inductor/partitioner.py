@@ -56,6 +56,8 @@ from ..budget.step_peak import donated_values, free_values, programs_of, step_pe
 from .adapter import graph_being_compiled
 from .compiled_budget import RegionPlan, expect_region
 from .joint_adapter import recompute_policy, saved_names, step_graph_from_joint
+from .rewrites import applies
+from .scratch import probe_of
 from .session import FallbackRecord, PartitionRecord, Session, SessionBound, source_hash
 
 __all__ = ["INDUCTOR_BUDGETS", "BudgetPartitioner"]
@@ -175,7 +177,8 @@ class BudgetPartitioner(_custom_partitioner_base(), SessionBound):
             programs = dict(zip(("forward", "backward"), programs_of(graph, chosen.partition)))
             plan = RegionPlan(record, names(free_values(graph, chosen.partition)),
                               names(donated_values(graph, chosen.partition)),
-                              {kind: _scratch_by_name(program) for kind, program in programs.items()})
+                              {kind: _scratch_by_name(program) for kind, program in programs.items()},
+                              probes=_probes(gm) if applies("convolution_scratch", self.options.model_rewrites) else {})
         return record, modules, plan
 
 
@@ -188,6 +191,12 @@ def joint_digest(gm) -> str:
 def _saved(graph, forward_module, num_fwd_outputs: int) -> list[int]:
     """Our node ids of the tensors a partitioned forward saves (random states it adds are not joint-graph nodes)."""
     return [graph.index[n] for n in saved_names(forward_module, num_fwd_outputs) if n in graph.index]
+
+
+def _probes(gm) -> dict[str, tuple]:
+    """The joint graph's probed nodes by name (:func:`~reorder.inductor.scratch.probe_of`): their kernels are
+    measured again in the layouts Inductor compiles them with (:func:`~reorder.inductor.compiled_budget.kernel_scratch`)."""
+    return {node.name: probe for node in gm.graph.nodes if (probe := probe_of(node)) is not None}
 
 
 def _scratch_by_name(program) -> dict[str, int]:

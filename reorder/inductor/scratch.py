@@ -44,7 +44,7 @@ from typing import Any
 
 from .fx_values import nbytes, size_hint
 
-__all__ = ["PROBE_LIMIT_BYTES", "PROBED", "scratch_bytes"]
+__all__ = ["PROBE_LIMIT_BYTES", "PROBED", "probe_of", "scratch_bytes", "scratch_in_layout"]
 
 #: Operators whose scratch is measured: the extern kernels with large workspaces.
 PROBED = ("aten::convolution", "aten::convolution_backward")
@@ -79,6 +79,34 @@ def scratch_bytes(node, channels_last: bool, channels_last_values: Container = f
         return copied + _measured(node.target, signature)
     except Exception:  # noqa: BLE001 - an unknown scratch counts 0, as Inductor counts it
         return 0
+
+
+def probe_of(node) -> tuple | None:
+    """``(operator, arguments)`` of a probed fx ``node`` as hashable data (its tensors in the joint graph's
+    strides), for :func:`scratch_in_layout` once the compiled kernel's layouts are known; None for a node not
+    probed or one that cannot be."""
+    if not is_probed(node):
+        return None
+    signature = _signature(node, channels_last=False)
+    return None if signature is None else (node.target, signature)
+
+
+def scratch_in_layout(probe: tuple, strides: list[tuple[int, ...]], shapes: list[tuple[int, ...]]) -> int | None:
+    """What the kernel of ``probe`` (:func:`probe_of`) allocates and frees while it runs, with its tensor operands
+    laid out as the compiled code hands them over (``strides``, in argument order, each of the shape in
+    ``shapes``): the layouts are read from the kernel Inductor generated, so no copy of ours is assumed. None
+    where the operands do not match the probe's or the probe cannot run (a failed probe is not cached)."""
+    target, signature = probe
+    tensors = [i for i, arg in enumerate(signature) if isinstance(arg, tuple) and arg[:1] == ("tensor",)]
+    if len(tensors) != len(strides) or any(signature[i][1] != shape for i, shape in zip(tensors, shapes)):
+        return None
+    args = list(signature)
+    for i, laid_out in zip(tensors, strides):
+        args[i] = ("tensor", args[i][1], args[i][2], tuple(laid_out))
+    try:
+        return _measured(target, tuple(args))
+    except Exception:  # noqa: BLE001 - an unknown scratch is the probe's estimate, never a failed compile
+        return None
 
 
 class _NotProbed(Exception):
