@@ -122,15 +122,19 @@ def in_place_inputs(nodes: list) -> list[frozenset[str]]:
     kernel can write into storage that died inside it."""
     from torch._inductor import ir
     from torch._inductor.scheduler import NopKernelSchedulerNode
+    from torch._inductor.virtualized import V
 
     scheduler = nodes[0].scheduler if nodes else None
+    never = set(V.graph.never_reuse_buffers) | set(V.graph.constants) | {  # PythonWrapperCodegen.can_reuse
+        name for name, value in V.graph.graph_inputs_original.items() if not isinstance(value, ir.DonatedBuffer)}
     found = []
     for node in nodes:
         members = {id(member) for member in node.get_nodes()} | {id(node)}
         names = set()
         for member, dep in ((member, dep) for member in node.get_nodes() for dep in member.read_writes.reads):
             buf = scheduler.name_to_donated_buffer.get(dep.name) or scheduler.name_to_buf.get(dep.name)
-            if (buf is None or buf.node is None or isinstance(buf.defining_op, NopKernelSchedulerNode)
+            if (buf is None or buf.node is None or dep.name in never
+                    or isinstance(buf.defining_op, NopKernelSchedulerNode)
                     or isinstance(buf.node.get_output_spec(), (ir.NoneLayout, ir.MultiOutputLayout,
                                                                ir.MutationLayoutSHOULDREMOVE))):
                 continue
