@@ -16,9 +16,10 @@ runs there, for the compile's own session
    (:func:`~reorder.inductor.compiled_budget.check_generated`).
 
 A compile of no session of ours, or of a session that asked for none of
-the slab, the budget and the guard, runs Inductor's passes untouched. The class is shared by every thread, so
-the patch is process-wide and counted: the last :func:`uninstall_codegen`
-puts back exactly the method the first :func:`install_codegen` replaced.
+the slab, the budget and the guard, runs Inductor's passes untouched. The
+class is shared by every thread, so the patch is process-wide and
+counted: the last :func:`uninstall_codegen` puts back exactly the method
+the first :func:`install_codegen` replaced.
 """
 
 from __future__ import annotations

@@ -66,8 +66,9 @@ from .scratch import scratch_in_layout
 from .rewrites import applies
 from .session import PartitionRecord, Session
 
-__all__ = ["RegionPlan", "check_generated", "compiled_model", "expect_region", "generated_kernels", "in_place_inputs", "kernel_local_buffers", "kernel_scratch", "model_of_nodes",
-           "note_model", "origin_names", "owned_copies", "owned_inputs", "region_of"]
+__all__ = ["RegionPlan", "check_generated", "compiled_model", "expect_region", "generated_kernels", "in_place_inputs",
+           "kernel_local_buffers", "kernel_scratch", "model_of_nodes", "note_model", "origin_names", "owned_copies",
+           "owned_inputs", "region_of"]
 
 log = logging.getLogger("reorder")
 
@@ -289,7 +290,7 @@ def owned_copies(session: Session | None, graph_name: str, graph_inputs: Iterabl
     """The inputs of a budgeted region's backward that the step pays for although Inductor's model holds them as
     parameters (named ``primals_*``): copies its forward made, such as a parameter or the batch laid out
     channels-last for a convolution. The generated code's ``del`` frees them (:func:`owned_inputs`), so the
-    model of the code frees them too. None for any other graph."""
+    model of the code frees them too. Empty for any other graph."""
     planned = _planned_graph(session, graph_name)
     if planned is None or planned[1] != "backward" or not applies("layout_copies", session.options.model_rewrites):
         return []
@@ -319,13 +320,13 @@ def model_of_nodes(session: Session | None, graph_name: str, nodes: list, graph:
     their graph as Inductor's estimate counts it); None where there is none, or where it cannot be set up (a
     WARNING says why: the order is then chosen on the estimates alone, and the region keeps the partitioner's
     verdict). A graph of no budgeted region reads nothing of its nodes."""
-    if _planned_graph(session, graph_name) is None:
+    planned = _planned_graph(session, graph_name)
+    if planned is None:
         return None
     try:
         grouped = kernel_groups(nodes) if applies("kernel_groups", session.options.model_rewrites) else None
         writable = in_place_inputs(nodes) if applies("in_place_reads", session.options.model_rewrites) else None
-        plan, kind = _planned_graph(session, graph_name)
-        kernels = kernel_scratch(plan, kind, [node.node for node in nodes if node.is_extern()])
+        kernels = kernel_scratch(*planned, [node.node for node in nodes if node.is_extern()])
         local = kernel_local_buffers(nodes) if applies("kernel_local_buffers", session.options.model_rewrites) else ()
         return compiled_model(session, graph_name, graph, generated_kernels(nodes), origin_names(nodes), decided_by,
                               grouped, writable, kernels, local)

@@ -97,7 +97,7 @@ def scratch_in_layout(probe: tuple, strides: list[tuple[int, ...]], shapes: list
     ``shapes``): the layouts are read from the kernel Inductor generated, so no copy of ours is assumed. None
     where the operands do not match the probe's or the probe cannot run (a failed probe is not cached)."""
     target, signature = probe
-    tensors = [i for i, arg in enumerate(signature) if isinstance(arg, tuple) and arg[:1] == ("tensor",)]
+    tensors = [i for i, arg in enumerate(signature) if _is_tensor(arg)]
     if len(tensors) != len(strides) or any(signature[i][1] != shape for i, shape in zip(tensors, shapes)):
         return None
     args = list(signature)
@@ -107,6 +107,11 @@ def scratch_in_layout(probe: tuple, strides: list[tuple[int, ...]], shapes: list
         return _measured(target, tuple(args))
     except Exception:  # noqa: BLE001 - an unknown scratch is the probe's estimate, never a failed compile
         return None
+
+
+def _is_tensor(arg: Any) -> bool:
+    """Whether a signature's argument is a tensor, ``("tensor", shape, dtype, strides)``."""
+    return isinstance(arg, tuple) and arg[:1] == ("tensor",)
 
 
 class _NotProbed(Exception):
@@ -175,7 +180,7 @@ def _as_lowered(target, signature: tuple) -> tuple[tuple, int]:
     copied: set[int] = set()  # operands copied at least once: each copy but the last is fused into the next
 
     def fake(arg: Any) -> Any:
-        if isinstance(arg, tuple) and arg[:1] == ("tensor",):
+        if _is_tensor(arg):
             _, shape, dtype, strides = arg
             return torch.empty_strided(shape, strides, dtype=dtype, device="cpu")
         return list(arg) if isinstance(arg, tuple) else arg
@@ -230,7 +235,7 @@ def _measured(target, signature: tuple) -> int:
     from ..measure import measure
 
     def make(arg: Any) -> Any:
-        if isinstance(arg, tuple) and arg[:1] == ("tensor",):
+        if _is_tensor(arg):
             _, shape, dtype, strides = arg
             extent = 1 + sum((size - 1) * stride for size, stride in zip(shape, strides)) if all(shape) else 0
             base = torch.ones(extent, dtype=dtype, device="cpu")  # never the caller's default device
