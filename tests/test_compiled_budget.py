@@ -50,6 +50,20 @@ def test_free_inputs_cost_nothing_and_donated_ones_take_a_kernels_output():
     assert AllocationModel.build(g, GENERATED, frozenset({"saved"}), free_inputs=frozenset()).peak([0, 1]) == 2100
 
 
+def test_a_donated_input_that_dies_is_deleted_not_pooled():
+    """``saved`` (donated, 400 B) dies at ``mm``, an extern kernel, which cannot write into it; ``mul`` needs
+    400 B two steps later, after ``gap``, an extern kernel with 500 B of scratch. The wrapper frees a graph input
+    with a plain ``del`` (``codegen_free``), so the pool never offers its storage to ``mul``: at ``gap``,
+    mm + g + its scratch (1,200 B); were it pooled, its storage would be held through ``gap`` (1,600 B)."""
+    g = build_graph(
+        [NodeSpec("mm", [BufferSpec("mm", 600)], reads=["tangents_1", "saved"]),
+         NodeSpec("gap", [BufferSpec("g", 100)], reads=["mm"]),
+         NodeSpec("mul", [BufferSpec("mul", 400)], reads=["mm", "g"])],
+        [InputSpec("saved", 400), InputSpec("tangents_1", 100)], ["mul"])
+    model = AllocationModel.build(g, [False, False, True], frozenset({"saved"}), scratch=[0, 500, 0])
+    assert model.peak([0, 1, 2]) == 1200
+
+
 def forward(name: str = "model__0_forward_1"):
     return build_graph([NodeSpec("relu", [BufferSpec("relu", 300)], reads=["primals_1"])],
                        [InputSpec("primals_1", 1000, freeable=False)], ["relu"], name=name)
@@ -320,7 +334,21 @@ def test_a_kernel_writes_in_place_only_where_inductors_scheduler_allows_it():
     by_size = AllocationModel.build(g, generated, free_inputs={"primals_1"})
     assert by_size.peak([0, 1, 2]) == 800
     read_at_another_index = AllocationModel.build(g, generated, free_inputs={"primals_1"},
-                                                  writable=[(), (), ()])
+                                                  writable={})
     assert read_at_another_index.peak([0, 1, 2]) == 1100
-    into_a_member = AllocationModel.build(g, generated, free_inputs={"primals_1"}, writable=[(), ("mean",), ()])
+    into_a_member = AllocationModel.build(g, generated, free_inputs={"primals_1"}, writable={"bn": ("mean",)})
     assert into_a_member.peak([0, 1, 2]) == 800
+
+
+def test_each_fused_member_writes_in_place_only_into_what_inductor_let_it():
+    """``x`` dies in a fused kernel of two members; the first (``a``) reads it at another index or while the
+    second still needs it, the second (``c``) is its last reader at the index it writes: Inductor's
+    ``decide_inplace_update`` decides per member, so ``c`` writes into ``x`` and ``a`` is allocated (a, x and
+    out at the end: 610 B), not ``a`` into ``x`` because the kernel as a whole may (a, c and out: 600 B)."""
+    g = build_graph(
+        [NodeSpec("x", [BufferSpec("x", 300)], reads=["primals_1"]),
+         NodeSpec("f", [BufferSpec("a", 300), BufferSpec("c", 290)], reads=["x"]),
+         NodeSpec("out", [BufferSpec("out", 10)], reads=["a", "c"])],
+        [InputSpec("primals_1", 1000)], ["out"])
+    model = AllocationModel.build(g, [True, True, True], free_inputs={"primals_1"}, writable={"c": ("x",)})
+    assert model.peak([0, 1, 2]) == 610

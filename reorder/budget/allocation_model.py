@@ -27,7 +27,10 @@ and ``Scheduler.decide_inplace_update``, torch 2.13):
   after it. Triton frees after every kernel.
 
 Only buffers the program allocated, and donated inputs (saved values the
-backward owns), can be handed on; views and multi-output parents cannot.
+backward owns), can be handed on; views and multi-output kernels' storage cannot. A
+donated input hands its storage on only in place: the wrapper frees a graph
+input with a plain ``del`` that never enters the pool
+(``PythonWrapperCodegen.codegen_free``).
 A kernel's scratch (what an extern kernel allocates and frees while it
 runs) adds to the bytes live during its step and nothing after it.
 :class:`AllocationModel` is one graph with what these rules need to know
@@ -47,7 +50,7 @@ model's peak for the order kept is recorded beside theirs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Collection, Iterator, Sequence
+from typing import Collection, Iterator, Mapping, Sequence
 
 from ..graph import Graph
 from ..sweep import live_bytes, peak_of
@@ -69,9 +72,10 @@ class AllocationModel:
     decides its reuses by Inductor's own estimate, so a reuse it refuses, or takes, must be the one refused or
     taken here (default: ``graph``); ``grouped[v]``: node ``v`` joins the C++ backend's kernel group (a
     generated kernel or a no-op on CPU; an extern kernel flushes it); None: every node frees its dead buffers
-    right after it (Triton); ``writable[v]``: the buffers node ``v``'s kernel may write its output into, where
+    right after it (Triton); ``writable[b]``: the buffers that node making buffer ``b`` may write ``b`` into, where
     Inductor has said so (its scheduler's ``NodeUser.can_inplace``: the kernel reads the buffer at the index it
-    writes, so a layout change rules it out); None: any buffer a generated kernel reads; ``local``: buffers a
+    writes, so a layout change rules it out; each fused member decides for its own outputs); None: any buffer a
+    generated kernel reads; ``local``: buffers a
     fused kernel makes and uses up inside itself, which Inductor never allocates
     (``Kernel.remove_kernel_local_buffers``).
     """
@@ -89,15 +93,15 @@ class AllocationModel:
     def build(cls, graph: Graph, generated: Sequence[bool], donated: Collection[str] = frozenset(),
               scratch: Sequence[int] | None = None, decided_by: Graph | None = None,
               grouped: Sequence[bool] | None = None, free_inputs: Collection[str] = frozenset(),
-              writable: Sequence[Collection[str]] | None = None, local: Collection[str] = ()) -> AllocationModel:
+              writable: Mapping[str, Collection[str]] | None = None, local: Collection[str] = ()) -> AllocationModel:
         """The model of ``graph`` with the inputs named in ``free_inputs`` at zero bytes (they live before the
         program and after it), the inputs named in ``donated`` free to hand on their storage once they die, each
         node's workspace added to its ``scratch``, and ``writable`` and ``local`` given by buffer names."""
         graph = graph.with_free_inputs(free_inputs)
         during = tuple(w + (scratch[v] if scratch is not None else 0) for v, w in enumerate(graph.workspace))
         index = graph.buffer_index
-        into = None if writable is None else tuple(frozenset(index[b] for b in names if b in index)
-                                                   for names in writable)
+        into = None if writable is None else tuple(frozenset(index[x] for x in writable.get(name, ()) if x in index)
+                                                   for name in graph.buffer_names)
         return cls(graph, tuple(generated), storage_handed_on(graph, donated), during if any(during) else None,
                    decided_by, tuple(grouped) if grouped is not None else None, into,
                    frozenset(index[b] for b in local if b in index))
@@ -131,7 +135,8 @@ class AllocationModel:
         pool: dict[int, list[int]] = {}  # storage size -> buffers that died, most recent last
         dying: list[list[int]] = [[] for _ in range(graph.num_nodes)]
         for b in range(graph.num_buffers):
-            if life.end[b] is not None and reusable[b] and not graph.is_output[b] and b not in self.local:
+            if (life.end[b] is not None and reusable[b] and not graph.is_output[b] and not graph.is_input[b]
+                    and b not in self.local):  # a graph input's free is a plain ``del``, never pooled
                 dying[released[life.end[b]]].append(b)
         for step, v in enumerate(order):
             for k, b in enumerate(graph.outputs[v]):
@@ -142,7 +147,7 @@ class AllocationModel:
                 taken = None
                 if self.generated[v]:  # a fused kernel's member may also write into an earlier member's output
                     readable = graph.reads[v] if self.writable is None else \
-                        [x for x in (*graph.reads[v], *graph.outputs[v][:k]) if x in self.writable[v]]
+                        [x for x in (*graph.reads[v], *graph.outputs[v][:k]) if x in self.writable[b]]
                     taken = next((x for x in readable if reusable[x] and not handed[x] and life.end[x] == step
                                   and not graph.is_output[x] and 0.95 * graph.size_free[x] <= size <= graph.size_free[x]),
                                  None)
@@ -165,9 +170,10 @@ class AllocationModel:
 
 def storage_handed_on(graph: Graph, donated: Collection[str] = frozenset()) -> tuple[bool, ...]:
     """Per buffer: its storage may go on to another buffer once it dies. Only a buffer the program allocated, or
-    an input named in ``donated`` (a saved value the backward owns), can hand it on; views and multi-output
-    parents cannot."""
-    return tuple(not graph.children[b] and graph.alias_of[b] is None and
+    an input named in ``donated`` (a saved value the backward owns), can hand it on; views, multi-output
+    parents and their elements cannot (the wrapper neither pools an element's storage nor writes into it:
+    ``FreeIfNotReusedLine.plan``, ``decide_inplace_update``)."""
+    return tuple(not graph.children[b] and graph.parent[b] is None and graph.alias_of[b] is None and
                  (not graph.is_input[b] or graph.buffer_names[b] in donated) for b in range(graph.num_buffers))
 
 

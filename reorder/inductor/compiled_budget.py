@@ -114,13 +114,14 @@ def generated_kernels(nodes: list) -> list[bool]:
     return [not isinstance(node, (ExternKernelSchedulerNode, NopKernelSchedulerNode)) for node in nodes]
 
 
-def in_place_inputs(nodes: list) -> list[frozenset[str]]:
-    """Per scheduler node: the buffers it or its fused members read that Inductor lets its kernel write an output
-    into once they die there (``Scheduler.decide_inplace_update``): a read its scheduler marked ``can_inplace``
-    (the kernel reads the buffer at the index it writes) by a member after which no other member reads it, one
-    index for every access in the kernel, of a buffer not made by a no-op and not laid out as a multi-output
-    kernel's, a mutation's or no storage. A member's read of an earlier member's output counts: the
-    kernel can write into storage that died inside it."""
+def in_place_inputs(nodes: list) -> dict[str, frozenset[str]]:
+    """Per output buffer of the scheduler ``nodes``: the buffers Inductor lets the kernel write it into once they
+    die there (``Scheduler.decide_inplace_update``, which decides for each fused member apart): a read of the
+    member that makes it, which its scheduler marked ``can_inplace`` (the member reads the buffer at the index
+    it writes), after which no other member reads it, one index for every access in the kernel, of a buffer not
+    made by a no-op and not laid out as a multi-output kernel's, a mutation's or no storage. A member's read of
+    an earlier member's output counts: the kernel can write into storage that died inside it. A member whose
+    read another member still needs writes into nothing, though that other member may."""
     from torch._inductor import ir
     from torch._inductor.scheduler import NopKernelSchedulerNode
     from torch._inductor.virtualized import V
@@ -128,24 +129,26 @@ def in_place_inputs(nodes: list) -> list[frozenset[str]]:
     scheduler = nodes[0].scheduler if nodes else None
     never = set(V.graph.never_reuse_buffers) | set(V.graph.constants) | {  # PythonWrapperCodegen.can_reuse
         name for name, value in V.graph.graph_inputs_original.items() if not isinstance(value, ir.DonatedBuffer)}
-    found = []
+    found = {}
     for node in nodes:
         members = {id(member) for member in node.get_nodes()} | {id(node)}
-        names = set()
-        for member, dep in ((member, dep) for member in node.get_nodes() for dep in member.read_writes.reads):
-            buf = scheduler.name_to_donated_buffer.get(dep.name) or scheduler.name_to_buf.get(dep.name)
-            if (buf is None or buf.node is None or dep.name in never
-                    or isinstance(buf.defining_op, NopKernelSchedulerNode)
-                    or isinstance(buf.node.get_output_spec(), (ir.NoneLayout, ir.MultiOutputLayout,
-                                                               ir.MutationLayoutSHOULDREMOVE))):
-                continue
-            here = [user for user in buf.users if id(user.node) in members]
-            accesses = {d for user in here for d in user.node.read_writes.reads_and_writes() if d.name == dep.name}
-            if (len(accesses) <= 1  # one index in the whole kernel
-                    and any(user.node is member and user.can_inplace for user in here)
-                    and all(user.node is member or user.node.get_name() in member.ancestors for user in here)):
-                names.add(dep.name)  # its last reader in this kernel, at the index it writes
-        found.append(frozenset(names))
+        for member in node.get_nodes():
+            names = set()
+            for dep in member.read_writes.reads:
+                buf = scheduler.name_to_donated_buffer.get(dep.name) or scheduler.name_to_buf.get(dep.name)
+                if (buf is None or buf.node is None or dep.name in never
+                        or isinstance(buf.defining_op, NopKernelSchedulerNode)
+                        or isinstance(buf.node.get_output_spec(), (ir.NoneLayout, ir.MultiOutputLayout,
+                                                                   ir.MutationLayoutSHOULDREMOVE))):
+                    continue
+                here = [user for user in buf.users if id(user.node) in members]
+                accesses = {d for user in here for d in user.node.read_writes.reads_and_writes() if d.name == dep.name}
+                if (len(accesses) <= 1  # one index in the whole kernel
+                        and any(user.node is member and user.can_inplace for user in here)
+                        and all(user.node is member or user.node.get_name() in member.ancestors for user in here)):
+                    names.add(dep.name)  # its last reader in this kernel, at the index it writes
+            for buf in member.get_outputs():
+                found[buf.get_name()] = frozenset(names)
     return found
 
 
@@ -194,7 +197,7 @@ def origin_names(nodes: list) -> list[frozenset[str]]:
 
 def compiled_model(session: Session | None, graph_name: str, graph: Graph, generated: Sequence[bool],
                    origins: Sequence[frozenset[str]] = (), decided_by: Graph | None = None,
-                   grouped: Sequence[bool] | None = None, writable: Sequence[Collection[str]] | None = None,
+                   grouped: Sequence[bool] | None = None, writable: Mapping[str, Collection[str]] | None = None,
                    kernels: Mapping[str, int] | None = None, local: Collection[str] = ()) -> AllocationModel | None:
     """What the generated code of ``graph_name`` will allocate for any order of ``graph``'s nodes, if it is the
     forward or backward of a budgeted region (see the module docstring), else None: the region's free inputs at
