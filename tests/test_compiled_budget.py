@@ -5,6 +5,7 @@ scheduler graphs); the real compiles are in test_budget_inductor.py and test_gen
 import logging
 
 import pytest
+import torch
 from helpers import allocated_peak
 
 from reorder.graph import BufferSpec, InputSpec, NodeSpec, build_graph
@@ -105,6 +106,24 @@ def compile_both(session: Session, prefix: str = "model__0") -> None:
     check_generated(session, f"{prefix}_backward_3", backward_code(f"{prefix}_backward_3"))
 
 
+def test_the_measured_step_decides_the_verdict_and_names_what_eager_code_held(caplog):
+    """A region whose compiled graphs meet 1,200 B; the step around it allocates 4,000 B in eager code (a loss
+    and its gradient, here one tensor): the meter's verdict replaces the estimates', with those bytes named."""
+    session, _ = planned(1200)
+    compile_both(session)
+    assert session.partitions[0].feasible
+    with caplog.at_level(logging.WARNING, logger="reorder"):
+        measured = session.measure_step(lambda: torch.ones(1000), "cpu")
+    (amended,) = session.partitions
+    assert measured.peak == amended.measured_peak == amended.outside_bytes == 4000 and not amended.feasible
+    assert "NOT met by the measured step (3.91 KiB, of which 3.91 KiB allocated outside the compiled graphs;" \
+        in session.summary(), session.summary()
+    assert "met by the compiled region's estimate but not by the measured step (4,000 B, of which 4,000 B " \
+           "allocated outside the compiled graphs)" in caplog.text
+    session.measure_step(lambda: torch.ones(200), "cpu")  # 800 B: met, by the meter
+    assert session.partitions[0].feasible and session.partitions[0].measured_peak == 800
+
+
 def test_the_replay_of_generated_code_counts_owned_inputs_until_their_del_and_reuses_in_place():
     code = backward_code()
     # saved 400 + tangent 100 live from the start; mm's 600 on top; mul takes the saved value's storage
@@ -135,7 +154,8 @@ def test_a_budget_the_compiled_graphs_exceed_is_not_met_and_warns(caplog):
         compile_both(session)
     (amended,) = session.partitions
     assert amended.compiled_peak == 1150 and not amended.feasible
-    assert "(within, but NOT as compiled, compiled graphs 1.12 KiB)" in session.summary(), session.summary()
+    assert "NOT met by the compiled graphs' estimate (estimated step peak 1.95 KiB -> 1000 B, compiled graphs " \
+           "1.12 KiB;" in session.summary(), session.summary()
     assert "memory budget 1,100 B is met by the partition's estimate (1,000 B) but not by the graphs Inductor " \
            "compiled from it (1,150 B)" in caplog.text
 

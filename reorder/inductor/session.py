@@ -35,6 +35,7 @@ import copy
 import dataclasses
 import functools
 import hashlib
+import logging
 import numbers
 import os
 import itertools
@@ -42,11 +43,13 @@ import threading
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence, Union
+from typing import Any, Callable, Iterator, Sequence, Union
 
 from ..errors import ReorderError
 from ..report import format_bytes, format_table
 from .rewrites import MIRRORED
+
+log = logging.getLogger("reorder")
 
 __all__ = ["CacheHitRecord", "FallbackRecord", "GuardRecord", "HookOptions", "OrderRecord", "PartitionRecord", "Record",
            "Session", "SessionBound", "SlabRecord", "record_from_dict", "source_hash"]
@@ -402,7 +405,12 @@ class PartitionRecord(_Record):
     the model of the generated code promised for the orders our pass kept,
     before that code existed
     (:class:`~reorder.budget.allocation_model.AllocationModel`): how far the
-    model is from what the code does.
+    model is from what the code does. ``measured_peak``: the real peak of a
+    step that ran the region, measured by the allocator
+    (:meth:`Session.measure_step`), and ``outside_bytes``: what of it was
+    allocated outside the compiled graphs (eager code around the region: a
+    loss computed after the compiled model, its gradient); once measured,
+    ``feasible`` is ``measured_peak <= budget_bytes``, the meter's verdict.
 
     Peaks are the estimate of :func:`~reorder.budget.step_peak.step_peak`
     (the forward with its saved values, the backward freeing them, in the
@@ -431,6 +439,8 @@ class PartitionRecord(_Record):
     note: str = ""
     compiled_peak: int | None = None
     modelled_peak: int | None = None
+    measured_peak: int | None = None
+    outside_bytes: int | None = None
 
     kind = "partition"
 
@@ -559,6 +569,33 @@ class Session:
             seen, self._cache_hits_seen = self._cache_hits_seen, total
             if seen is not None and total > seen:
                 self._records.append(CacheHitRecord(total - seen))
+
+    def measure_step(self, step: Callable[[], Any], device=None):
+        """Run ``step()`` once under :func:`reorder.measure.measure` and give every memory budget's record the
+        meter's verdict: ``measured_peak`` (the step's real peak above its start), ``outside_bytes`` (what of it
+        eager code allocated outside the compiled graphs: a loss computed after a compiled model, its gradient)
+        and ``feasible`` as ``measured_peak <= `` the step's budget (the highest ``budget_bytes`` of the
+        session's regions, each of which counts what earlier regions hold). A WARNING where an estimate had said
+        met. Returns the :class:`~reorder.measure.MemoryMeasurement`. Call it with the step the session compiled
+        (after the first call, which compiles)."""
+        from ..measure import measure
+
+        measured = measure(step, device)
+        records = self.partitions
+        if not records:
+            return measured
+        budget = max(r.budget_bytes for r in records)
+        outside = sum(nbytes for origin, nbytes in measured.peak_composition.items()
+                      if origin.startswith("outside compiled"))
+        for record in records:
+            amended = dataclasses.replace(record, measured_peak=measured.peak, outside_bytes=outside,
+                                          feasible=measured.peak <= budget)
+            self.replace(record, amended)
+            if record.feasible and not amended.feasible:
+                log.warning("reorder: %s: memory budget %s B is met by the compiled region's estimate but not by "
+                            "the measured step (%s B, of which %s B allocated outside the compiled graphs)",
+                            record.graph, f"{budget:,}", f"{measured.peak:,}", f"{outside:,}")
+        return measured
 
     @property
     def records(self) -> tuple[Record, ...]:
@@ -733,15 +770,23 @@ def rebuilt(cls: type, state: dict, token: int | None):
 
 
 def partition_line(r: PartitionRecord) -> str:
-    """One summary line for a :class:`PartitionRecord`."""
+    """One summary line for a :class:`PartitionRecord`: the budget, the verdict and the figure that decides it
+    (the measured step where :meth:`Session.measure_step` measured one, else the compiled graphs' estimate where
+    they were checked, else the partition's), the other figures, and what the partition saves and recomputes."""
     budget = f"{r.budget:g} of stock's {format_bytes(r.stock_peak)}" if isinstance(r.budget, float) else "given"
-    if r.peak > r.budget_bytes:
-        verdict = "NOT within; the lowest found"
+    estimates = f"estimated step peak {format_bytes(r.stock_peak)} -> {format_bytes(r.peak)}"
+    if r.compiled_peak is not None:
+        estimates += f", compiled graphs {format_bytes(r.compiled_peak)}"
+    met = "met" if r.feasible else "NOT met"
+    if r.measured_peak is not None:
+        verdict = (f"{met} by the measured step ({format_bytes(r.measured_peak)}, of which "
+                   f"{format_bytes(r.outside_bytes or 0)} allocated outside the compiled graphs; {estimates})")
     else:
-        verdict = "within" if r.feasible else "within, but NOT as compiled"
-    compiled = "" if r.compiled_peak is None else f", compiled graphs {format_bytes(r.compiled_peak)}"
-    return (f"memory budget in {r.graph}: {format_bytes(r.budget_bytes)} ({budget}); estimated step peak "
-            f"{format_bytes(r.stock_peak)} -> {format_bytes(r.peak)} ({verdict}{compiled}); saved "
+        decider = "the partition's estimate" if r.compiled_peak is None else "the compiled graphs' estimate"
+        lowest = "; the lowest found" if r.peak > r.budget_bytes else ""
+        verdict = (f"{met} by {decider} ({estimates}{lowest}; the compiled region only: "
+                   f"session.measure_step(step) counts what eager code around it holds)")
+    return (f"memory budget in {r.graph}: {format_bytes(r.budget_bytes)} ({budget}); {verdict}; saved "
             f"{format_bytes(r.stock_saved_bytes)} -> {format_bytes(r.saved_bytes)}; recomputed ops "
             f"{r.stock_recomputed} -> {r.recomputed} ({r.stock_recomputed_flops / 1e9:.3g} -> "
             f"{r.recomputed_flops / 1e9:.3g} GFLOP); {r.source}")
