@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence, TextIO
 
 from .errors import ReorderError
-from .report import Progress, format_bytes, format_table
+from .report import Progress, axis_unit, format_bytes, format_table
 from .script import script_path
 
 __all__ = ["VARIANTS", "Comparison", "Variant", "parse_variants", "VariantRun", "align_times", "compare", "draw_comparison", "plot_comparison",
@@ -527,7 +527,7 @@ def draw_comparison(comparison: Comparison):
         return None
     ref = comparison.run_of(comparison.reference) if comparison.reference else runs[0]
     top = max(r.peak for r in runs)
-    scale, unit = (2**20, "MiB") if top >= 2**20 else (2**10, "KiB") if top >= 2**10 else (1, "bytes")
+    scale, unit = axis_unit(top)
     fig, (whole, step) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [3, 2]})
     ref_step = ref.last_step_start
     # the whole run on a scale of what it did: each compiled call, and each stretch between two (the first one

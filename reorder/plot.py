@@ -13,11 +13,11 @@ from typing import Mapping, Sequence
 from .errors import ReorderError
 from .graph import Graph
 from .planning import SlabPlan
+from .report import axis_unit
 from .timeline import estimate_peak_memory
 
 __all__ = ["plot_graph", "plot_live_bytes", "plot_slab", "pyplot"]
 
-MIB = 1024 * 1024
 
 
 def pyplot():
@@ -32,10 +32,6 @@ def pyplot():
     return plt
 
 
-def _unit(peak: float) -> tuple[float, str]:
-    return (MIB, "MiB") if peak >= MIB else (1024, "KiB") if peak >= 1024 else (1, "bytes")
-
-
 def plot_live_bytes(graph: Graph, orders: Mapping[str, Sequence[int]], ax, lower_bound: int | None = None) -> None:
     """One step line per order (label -> node ids), peaks marked, the lower bound dashed.
 
@@ -44,7 +40,7 @@ def plot_live_bytes(graph: Graph, orders: Mapping[str, Sequence[int]], ax, lower
     inside the axes would sit).
     """
     timelines = {label: estimate_peak_memory(graph, order) for label, order in orders.items()}
-    scale, unit = _unit(max(t.peak for t in timelines.values()))
+    scale, unit = axis_unit(max(t.peak for t in timelines.values()))
     for label, t in timelines.items():
         steps = range(len(t.live))
         line, = ax.step(steps, [x / scale for x in t.live], where="post", label=f"{label}: peak {t.peak / scale:.2f} {unit}")
@@ -62,7 +58,7 @@ def plot_slab_layout(plan: SlabPlan, ax, title: str = "") -> None:
     """Each storage a rectangle: its steps across, its bytes up; the lower bound dashed."""
     from matplotlib.patches import Rectangle
 
-    scale, unit = _unit(plan.slab_bytes)
+    scale, unit = axis_unit(plan.slab_bytes)
     cmap = pyplot().get_cmap("tab20")
     for k in range(len(plan.names)):
         ax.add_patch(Rectangle((plan.starts[k], plan.offsets[k] / scale), plan.ends[k] - plan.starts[k],

@@ -5,17 +5,29 @@ from __future__ import annotations
 import sys
 from typing import Sequence, TextIO
 
-__all__ = ["Progress", "format_bytes", "format_table", "markdown_table"]
+__all__ = ["Progress", "axis_unit", "byte_unit", "format_bytes", "format_table", "markdown_table"]
+
+
+#: The units bytes are shown in, decimal as in the benchmark tables and the README (1 MB = 10**6 B).
+UNITS = ((10**9, "GB"), (10**6, "MB"), (10**3, "kB"))
+
+
+def byte_unit(n: int | float) -> tuple[int, str]:
+    """The scale and name of the unit :func:`format_bytes` shows ``n`` in (an axis scaled for a peak of ``n``)."""
+    return next(((scale, name) for scale, name in UNITS if abs(n) >= scale), (1, "B"))
+
+
+def axis_unit(peak: int | float) -> tuple[int, str]:
+    """The scale and label of a plot's byte axis that reaches ``peak`` (plain counts read "bytes")."""
+    scale, name = byte_unit(peak)
+    return scale, "bytes" if scale == 1 else name
 
 
 def format_bytes(n: int | float) -> str:
-    """``1536`` -> ``'1.50 KiB'``; exact byte counts stay in JSON output."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    return f"{value:.2f} GiB"
+    """``1536`` -> ``'1.54 kB'``, ``12_345_678`` -> ``'12.35 MB'``: decimal units, as the README's tables; exact
+    byte counts stay in JSON output."""
+    scale, unit = byte_unit(n)
+    return f"{int(n)} B" if scale == 1 else f"{n / scale:.2f} {unit}"
 
 
 def _cells(rows: Sequence[Sequence[object]]) -> list[list[str]]:

@@ -171,8 +171,8 @@ def test_plot_of_a_folder_writes_one_png_per_graph_into_a_folder(tmp_path):
     result = reorder("plot", folder, "--out", out)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
-        f"wrote {out / 'mlp_infer_0.png'}: peak 256.00 KiB -> 256.00 KiB (baseline), slab 256.00 KiB (order of baseline)",
-        f"wrote {out / 'mlp_train_0.png'}: peak 1.50 MiB -> 1.50 MiB (baseline), slab 1.50 MiB (order of baseline)"]
+        f"wrote {out / 'mlp_infer_0.png'}: peak 262.14 kB -> 262.14 kB (baseline), slab 262.14 kB (order of baseline)",
+        f"wrote {out / 'mlp_train_0.png'}: peak 1.57 MB -> 1.57 MB (baseline), slab 1.57 MB (order of baseline)"]
     assert sorted(p.name for p in out.iterdir()) == ["mlp_infer_0.png", "mlp_train_0.png"]
 
 

@@ -194,18 +194,18 @@ def test_sentence_names_the_lowest_variant_or_says_none_beats_stock():
     stock, slab = VariantRun("stock", peak=1000), VariantRun("slab", peak=900)
     failed = VariantRun("guard", error="boom")
     assert _sentence([stock, slab, failed], "stock") == (
-        "slab has the lowest real peak: 900 B against stock's 1000 B, 100 B (10.0%) less.")
+        "slab has the lowest real peak: 900 B against stock's 1.00 kB, 100 B (10.0%) less.")
     higher = VariantRun("hook", peak=1200)
     assert _sentence([stock, higher], "stock") == (
-        "No variant beats stock: its real peak (1000 B) is the lowest; hook comes closest at 1.17 KiB.")
+        "No variant beats stock: its real peak (1.00 kB) is the lowest; hook comes closest at 1.20 kB.")
 
 
 def test_sentence_says_when_variants_tie():
     runs = [VariantRun(v, peak=1000) for v in ("stock", "hook", "slab", "guard")]
-    assert _sentence(runs, "stock") == ("stock, hook, slab and guard tie: each measured a real peak of 1000 B. "
+    assert _sentence(runs, "stock") == ("stock, hook, slab and guard tie: each measured a real peak of 1.00 kB. "
                                         "No variant lowers this script's real peak.")
     runs[3] = VariantRun("guard", peak=1200)
-    assert _sentence(runs, "stock") == ("stock, hook and slab tie: each measured a real peak of 1000 B; guard "
+    assert _sentence(runs, "stock") == ("stock, hook and slab tie: each measured a real peak of 1.00 kB; guard "
                                         "measured more.")
 
 

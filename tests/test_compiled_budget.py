@@ -116,7 +116,7 @@ def test_the_measured_step_decides_the_verdict_and_names_what_eager_code_held(ca
         measured = session.measure_step(lambda: torch.ones(1000), "cpu")
     (amended,) = session.partitions
     assert measured.peak == amended.measured_peak == amended.outside_bytes == 4000 and not amended.feasible
-    assert "NOT met by the measured step (3.91 KiB, of which 3.91 KiB allocated outside the compiled graphs;" \
+    assert "NOT met by the measured step (4.00 kB, of which 4.00 kB allocated outside the compiled graphs;" \
         in session.summary(), session.summary()
     assert "met by the compiled region's estimate but not by the measured step (4,000 B, of which 4,000 B " \
            "allocated outside the compiled graphs)" in caplog.text
@@ -154,8 +154,8 @@ def test_a_budget_the_compiled_graphs_exceed_is_not_met_and_warns(caplog):
         compile_both(session)
     (amended,) = session.partitions
     assert amended.compiled_peak == 1150 and not amended.feasible
-    assert "NOT met by the compiled graphs' estimate (estimated step peak 1.95 KiB -> 1000 B, compiled graphs " \
-           "1.12 KiB;" in session.summary(), session.summary()
+    assert "NOT met by the compiled graphs' estimate (estimated step peak 2.00 kB -> 1.00 kB, compiled graphs " \
+           "1.15 kB;" in session.summary(), session.summary()
     assert "memory budget 1,100 B is met by the partition's estimate (1,000 B) but not by the graphs Inductor " \
            "compiled from it (1,150 B)" in caplog.text
 
