@@ -323,6 +323,21 @@ def test_partition_records_read_back_from_json():
                                         "session.measure_step(step) counts what eager code around it holds)")
 
 
+def test_the_frontier_table_lists_every_reachable_point_with_its_fraction_and_marks_the_choice():
+    record = PartitionRecord(graph="g", nodes=10, budget=0.5, budget_bytes=100, stock_peak=200, peak=90,
+                             feasible=True, source="price 1/64", saved_bytes=40, stock_saved_bytes=120, recomputed=3,
+                             stock_recomputed=1, recomputed_flops=5 * 10**9, stock_recomputed_flops=10**9,
+                             frontier=((5 * 10**9, 90), (9 * 10**9, 80)))
+    session = hook.Session()
+    assert "no region was partitioned" in session.frontier()
+    session.add(record)
+    title, header, _, stock, chosen, lowest = session.frontier().splitlines()
+    assert title == "g (budget 100 B):" and header.split()[:2] == ["fraction", "estimated"]
+    assert stock.split() == ["1.000", "200", "B", "1", "+0"]
+    assert chosen.split() == ["0.450", "90", "B", "5", "+4", "<-", "chosen"]
+    assert lowest.split() == ["0.400", "80", "B", "9", "+8"]  # the lowest budget any partition meets
+
+
 # --- real compiles (slow): real peaks measured by the allocator ------------------------------------------------------
 
 

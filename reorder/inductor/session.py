@@ -570,6 +570,24 @@ class Session:
             if seen is not None and total > seen:
                 self._records.append(CacheHitRecord(total - seen))
 
+    def frontier(self) -> str:
+        """The points each budgeted region could reach, as a table a person can pick a budget from: per region,
+        stock's partition and every cheaper-to-lower candidate the choice was made from (the record's
+        ``frontier``), with its estimated step peak, that peak as a fraction of stock's (the ``memory_budget``
+        that reaches it), the floating-point work its backward recomputes and what that adds to stock's; the
+        point the budget chose is marked. The lowest row is the lowest budget any partition is estimated to meet.
+        """
+        tables = []
+        for r in self.partitions:
+            points = [(r.stock_recomputed_flops, r.stock_peak), *r.frontier]
+            rows = [[f"{peak / max(r.stock_peak, 1):.3f}", format_bytes(peak), f"{cost / 1e9:.3g}",
+                     f"{(cost - r.stock_recomputed_flops) / 1e9:+.3g}",
+                     "<- chosen" if peak == r.peak and (k == 0) == (r.source == "inductor") else ""]
+                    for k, (cost, peak) in enumerate(points)]
+            tables.append(f"{r.graph} (budget {format_bytes(r.budget_bytes)}):\n" + format_table(
+                ["fraction", "estimated step peak", "recomputed GFLOP", "added to stock's", "choice"], rows))
+        return "\n\n".join(tables) if tables else "no memory budget was asked for: no region was partitioned"
+
     def measure_step(self, step: Callable[[], Any], device=None):
         """Run ``step()`` once under :func:`reorder.measure.measure` and give every memory budget's record the
         meter's verdict: ``measured_peak`` (the step's real peak above its start), ``outside_bytes`` (what of it
