@@ -51,13 +51,14 @@ def test_a_negative_capacity_is_refused():
 # --- step graphs and partitions -------------------------------------------------------------------------------------
 
 
-def chain(random_middle: bool = False):
-    """x -> a = mm(x) -> b = relu(a) -> c = mm(b) -> loss; the backward reads a, b and c."""
+def chain(random_middle: bool = False, checkpointed_middle: bool = False):
+    """x -> a = mm(x) -> b = relu(a) -> c = mm(b) -> loss; the backward reads a, b and c. ``random_middle``: b may
+    not be recomputed; ``checkpointed_middle``: b may not be saved (a checkpoint's ``MUST_RECOMPUTE``)."""
     return build_step_graph([
         StepNodeSpec("x", "primal", bytes=400),
         StepNodeSpec("a", "forward", ["x"], bytes=400, cost=100_000),
         StepNodeSpec("b", "forward", ["a"], bytes=400, pointwise=True, fusible=True, cost=100,
-                     recomputable=not random_middle),
+                     recomputable=not random_middle, saveable=not checkpointed_middle),
         StepNodeSpec("c", "forward", ["b"], bytes=100, cost=40_000),
         StepNodeSpec("loss", "forward", ["c"], bytes=4, fusible=True, cost=100),
         StepNodeSpec("t", "tangent", bytes=4),
@@ -121,6 +122,15 @@ def test_the_price_moves_the_cut_from_saving_to_recomputing():
     assert names(everything) == ["x"] and everything.cost == 140_100
     random_kept = cheapest_partition(chain(random_middle=True), Fraction(0))
     assert names(random_kept) == ["b", "x"]  # never recomputes the random op: saves it, recomputes c from it
+
+
+def test_an_infinite_price_recomputes_only_what_may_not_be_saved():
+    """A checkpointed region's values may not be saved: at an infinite price the backward recomputes them (from
+    what it may save) and nothing else; before, no partition was found."""
+    graph = chain(checkpointed_middle=True)
+    partition = cheapest_partition(graph, None)
+    assert sorted(graph.node_names[v] for v in partition.saved) == ["a", "c", "x"]
+    assert [graph.node_names[v] for v in partition.recomputed] == ["b"] and partition.cost == 100
 
 
 def test_kept_values_are_saved_whatever_the_price():

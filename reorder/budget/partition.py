@@ -141,8 +141,11 @@ def cheapest_partition(graph: StepGraph, price: Fraction | None, kept: Iterable[
         else:
             if role == "primal" or not graph.recomputable[v]:
                 edges.append((source, node_in, infinite))
+            elif role == "forward" and price is None:
+                if graph.saveable[v]:  # an infinite price recomputes only what may not be saved (a checkpoint's)
+                    edges.append((source, node_in, infinite))
             elif role == "forward":
-                edges.append((source, node_in, infinite if price is None else graph.cost[v] * numerator))
+                edges.append((source, node_in, graph.cost[v] * numerator))
             saving = graph.saved_bytes[v] * denominator if graph.saveable[v] or role == "primal" else infinite
             edges.append((node_in, node_out, saving))
             if graph.available_to_backward[v]:

@@ -108,7 +108,7 @@ def _recomputable(node, op_types) -> bool:
         return replayed and not target._schema.is_mutable
     return not (is_with_effects(node) or node.is_impure() or target._schema.is_mutable
                 or is_non_builtin_to_include(node) or _must_be_in_forward(node)
-                or recompute_policy(node) == CheckpointPolicy.MUST_SAVE)
+                or (recompute_policy(node) == CheckpointPolicy.MUST_SAVE and not _is_view(node)))
 
 
 def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_input_indices=None,
@@ -183,8 +183,7 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
             pointwise=pointwise,
             fusible=(op_types.is_fusible(node) or node.target is operator.getitem) and product is None,
             recomputable=_recomputable(node, op_types),
-            saveable=not tuple_valued and not isinstance(val, torch.SymFloat)
-            and policy not in (CheckpointPolicy.MUST_RECOMPUTE, CheckpointPolicy.PREFER_RECOMPUTE),
+            saveable=not tuple_valued and not isinstance(val, torch.SymFloat) and policy != CheckpointPolicy.MUST_RECOMPUTE,
             cost=0 if view or parent is not None else (flops if flops is not None else numel(val)),
             available_to_backward=info.is_required_bw(node) and node not in info.tangents_closure,
             size_symbol=isinstance(val, torch.SymInt),
@@ -251,11 +250,22 @@ def _backward_addmm(joint_module, info) -> dict:
     return pairs
 
 
-def saved_names(forward_module, num_fwd_outputs: int) -> list[str]:
+def saved_names(forward_module, num_fwd_outputs: int, joint_module=None) -> list[str]:
     """The names of the tensors a partitioned forward saves for the backward (its outputs after the first
-    ``num_fwd_outputs``; symbolic sizes and random states left out)."""
+    ``num_fwd_outputs``; symbolic sizes left out). With ``joint_module``, only the joint graph's own nodes: a
+    node the partitioner added (the random-number state ``run_and_save_rng_state`` saves for a checkpointed
+    region) may carry the name of another joint node (``getitem_4``), and is left out."""
     import torch
 
+    joint = {} if joint_module is None else {n.name: n for n in joint_module.graph.nodes}
     output = next(iter(forward_module.graph.find_nodes(op="output")))
     values = output.args[0][num_fwd_outputs:]
-    return [v.name for v in values if isinstance(v, torch.fx.Node) and isinstance(v.meta.get("val"), torch.Tensor)]
+    return [v.name for v in values if isinstance(v, torch.fx.Node) and isinstance(v.meta.get("val"), torch.Tensor)
+            and (joint_module is None or _same_node(v, joint.get(v.name)))]
+
+
+def _same_node(made, joint) -> bool:
+    """Whether ``made``, a node of a graph the partitioner made, is the joint graph's node ``joint`` (same op
+    and target, its inputs of the same names), not another node under the same name."""
+    return (joint is not None and made.op == joint.op and made.target == joint.target
+            and [a.name for a in made.all_input_nodes] == [a.name for a in joint.all_input_nodes])

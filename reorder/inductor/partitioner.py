@@ -129,8 +129,9 @@ class BudgetPartitioner(_custom_partitioner_base(), SessionBound):
                                       inputs_are_activations=bool(earlier),
                                       model_rewrites=self.options.model_rewrites)
         offered = {f"inductor budget {b:g}": _saved(graph, _inductor_partition(gm, joint_inputs, kwargs, b)[0],
-                                                    num_fwd_outputs) for b in INDUCTOR_BUDGETS}
-        front = frontier(graph, _saved(graph, stock[0], num_fwd_outputs), held_before=held_before, offered=offered)
+                                                    num_fwd_outputs, gm) for b in INDUCTOR_BUDGETS}
+        front = frontier(graph, _saved(graph, stock[0], num_fwd_outputs, gm), held_before=held_before,
+                         offered=offered)
         stock_peak = front.stock.peak.peak - held_before + sum(r.stock_saved_bytes for r in earlier.values())
         budget = self.options.memory_budget
         budget_bytes = budget if isinstance(budget, int) else max(1, int(budget * stock_peak))
@@ -138,7 +139,7 @@ class BudgetPartitioner(_custom_partitioner_base(), SessionBound):
         chosen, modules, note = choice.candidate, stock, ""
         if not choice.is_stock:
             modules = _min_cut_with_policies(gm, joint_inputs, kwargs, graph, chosen.partition)
-            made = partition_of(graph, _saved(graph, modules[0], num_fwd_outputs))
+            made = partition_of(graph, _saved(graph, modules[0], num_fwd_outputs, gm))
             if made.saved != chosen.partition.saved:
                 made_candidate = Candidate(made, step_peak(graph, made, held_before=held_before), chosen.source)
                 note = (f"Inductor's min-cut saved another set than planned (estimated {chosen.peak.peak:,} B "
@@ -188,9 +189,10 @@ def joint_digest(gm) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _saved(graph, forward_module, num_fwd_outputs: int) -> list[int]:
-    """Our node ids of the tensors a partitioned forward saves (random states it adds are not joint-graph nodes)."""
-    return [graph.index[n] for n in saved_names(forward_module, num_fwd_outputs) if n in graph.index]
+def _saved(graph, forward_module, num_fwd_outputs: int, joint_module) -> list[int]:
+    """Our node ids of the tensors a partitioned forward of ``joint_module`` saves (nodes the partitioner added,
+    such as random states, are not joint-graph nodes and are left out)."""
+    return [graph.index[n] for n in saved_names(forward_module, num_fwd_outputs, joint_module) if n in graph.index]
 
 
 def _probes(gm) -> dict[str, tuple]:
@@ -220,31 +222,35 @@ def _inductor_partition(gm, joint_inputs, kwargs: dict, budget: float) -> tuple:
 
 def _min_cut_with_policies(gm, joint_inputs, kwargs: dict, graph, partition) -> tuple:
     """Inductor's min-cut partition of ``gm`` with our choice as checkpoint policies; the policies are taken off
-    again afterwards (nodes with a policy of their own keep it)."""
+    again afterwards. A node whose ``torch.utils.checkpoint`` policy is ``MUST_*`` keeps it (the user's rule); a
+    ``PREFER_*`` one is a preference the budget weighs, and gets our choice until the partition is made."""
     from torch.utils.checkpoint import CheckpointPolicy
 
     recomputed = {graph.node_names[v] for v in partition.recomputed}
     recomputed |= {graph.node_names[v] for v in partition.backward if graph.role[v] == "either"}
     forward = {graph.node_names[v] for v in partition.forward}
-    marked = []
+    marked = {}
     symbols = {graph.node_names[v] for v in range(graph.num_nodes) if graph.size_symbol[v]}
     for node in gm.graph.nodes:  # sizes are Inductor's to hand over, as it always does
-        if node.op != "call_function" or recompute_policy(node) is not None or node.name in symbols:
+        policy = recompute_policy(node)
+        if (node.op != "call_function" or node.name in symbols
+                or policy in (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.MUST_RECOMPUTE)):
             continue
         if node.name in recomputed:
+            marked[node.name] = policy
             node.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
         elif node.name in forward:
+            marked[node.name] = policy
             node.meta["recompute"] = CheckpointPolicy.MUST_SAVE
-        else:
-            continue
-        marked.append(node.name)
     try:
         return _inductor_partition(gm, joint_inputs, kwargs, 1.0)
     finally:
-        names = set(marked)
         for node in gm.graph.nodes:
-            if node.name in names:
-                node.meta.pop("recompute", None)
+            if node.name in marked:
+                if marked[node.name] is None:
+                    node.meta.pop("recompute", None)
+                else:
+                    node.meta["recompute"] = marked[node.name]
 
 
 
