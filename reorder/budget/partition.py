@@ -17,7 +17,8 @@ recomputes ``v`` (infinite when it may not); ``in(v) -> sink`` for nodes only
 the backward can run; ``out(v) -> in(u)`` for every reader ``u``. A cut
 separates what the forward computes from what the backward needs; the edges
 ``in(v) -> out(v)`` it crosses are the saved values. Price 0 saves the least
-bytes the rules allow, an infinite price recomputes nothing. Capacities are
+bytes the rules allow, an infinite price recomputes nothing but what may not
+be saved (a checkpoint's ``MUST_RECOMPUTE``, at its cost). Capacities are
 integers (the price is a fraction), so a price gives the same cut on every
 machine.
 """
@@ -141,9 +142,8 @@ def cheapest_partition(graph: StepGraph, price: Fraction | None, kept: Iterable[
         else:
             if role == "primal" or not graph.recomputable[v]:
                 edges.append((source, node_in, infinite))
-            elif role == "forward" and price is None:
-                if graph.saveable[v]:  # an infinite price recomputes only what may not be saved (a checkpoint's)
-                    edges.append((source, node_in, infinite))
+            elif role == "forward" and price is None:  # recompute only what may not be saved (a checkpoint's)
+                edges.append((source, node_in, infinite if graph.saveable[v] else max(graph.cost[v], 1)))
             elif role == "forward":
                 edges.append((source, node_in, graph.cost[v] * numerator))
             saving = graph.saved_bytes[v] * denominator if graph.saveable[v] or role == "primal" else infinite
