@@ -160,7 +160,9 @@ class VariantRun:
     :data:`CURVE_POINTS`; ``last_step_start`` and ``step_curve``: where the last step began and its own curve,
     from there to the end, thinned separately (so that a short step keeps its detail); ``step_base``: the live
     bytes when it began (``step_peak`` is counted above them);
-    ``cuda``: ``max_memory_allocated``/``max_memory_reserved`` above the start.
+    ``cuda``: ``max_memory_allocated``/``max_memory_reserved`` above the start; ``step_seconds``: the last
+    step's compiled work, from the start of its last compiled forward call to the end of its last compiled call
+    (what a budget's recomputation slows; the script's own eager work and waits left out).
     """
 
     variant: str
@@ -179,6 +181,7 @@ class VariantRun:
     last_step_start: float | None = None
     step_curve: tuple[tuple[float, int], ...] = ()
     step_base: int | None = None
+    step_seconds: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -215,17 +218,18 @@ class Comparison:
 
     def table(self) -> str:
         cuda = self.device.startswith("cuda")
-        headers = ["variant", "real peak", f"against {self.reference or 'stock'}", "last step peak", "compile s",
-                   "run s", "graphs", "fallbacks"] + (["reserved peak"] if cuda else [])
+        headers = ["variant", "real peak", f"against {self.reference or 'stock'}", "last step peak", "last step s",
+                   "compile s", "run s", "graphs", "fallbacks"] + (["reserved peak"] if cuda else [])
         rows = []
         for r in self.runs:
             if not r.ok:
-                rows.append([r.variant, "failed", "-", "-", "-", f"{r.wall_seconds:.1f}", "-", r.error]
+                rows.append([r.variant, "failed", "-", "-", "-", "-", f"{r.wall_seconds:.1f}", "-", r.error]
                             + (["-"] if cuda else []))
                 continue
             against = self.against_reference(r)
             rows.append([r.variant, format_bytes(r.peak), "-" if against is None else f"{against:+.1%}",
-                         format_bytes(r.step_peak) if r.step_peak is not None else "-", f"{r.compile_seconds:.1f}",
+                         format_bytes(r.step_peak) if r.step_peak is not None else "-",
+                         "-" if r.step_seconds is None else f"{r.step_seconds:.3f}", f"{r.compile_seconds:.1f}",
                          f"{r.wall_seconds:.1f}", r.graphs, len(r.fallbacks)]
                         + ([format_bytes(r.cuda["max_memory_reserved"]) if r.cuda else "-"] if cuda else []))
         return format_table(headers, rows)
@@ -314,6 +318,26 @@ def _live_before(curve: Sequence[tuple[float, int]], start: float) -> int:
     return curve[i - 1][1] if i else 0
 
 
+def _peak_against_step_time(ax, runs: Sequence[VariantRun], scale: float, unit: str) -> None:
+    """One point per variant: its real peak against its last step's seconds (what a memory budget trades: lower
+    and to the left is better), each named; hidden where no run has a step."""
+    timed = [r for r in runs if r.step_seconds is not None]
+    if not timed:
+        ax.set_visible(False)
+        return
+    for rank, r in enumerate(timed):
+        ax.plot([r.step_seconds], [r.peak / scale], marker=PEAK_MARKERS[rank % len(PEAK_MARKERS)], linestyle="none",
+                markersize=8, markeredgecolor="black", markeredgewidth=0.6)
+        ax.annotate(r.variant, (r.step_seconds, r.peak / scale), textcoords="offset points", xytext=(6, 4),
+                    fontsize=8)
+    ax.set_xlabel("last step's compiled work (s)", fontsize=8)
+    ax.set_ylabel(f"real peak ({unit})", fontsize=9)
+    ax.set_title("memory against time")
+    ax.grid(alpha=0.3)
+    ax.set_ylim(bottom=0.0, top=max(r.peak for r in timed) / scale * 1.08)
+    ax.set_xlim(left=0.0, right=max(r.step_seconds for r in timed) * 1.25)
+
+
 def _step_peak(curve: Sequence[tuple[float, int]], start: float | None) -> int | None:
     """Highest live bytes from ``start`` to the end, above the live bytes just before ``start``."""
     if start is None:
@@ -377,7 +401,8 @@ def child_main(argv: Sequence[str] | None = None) -> int:
     step_curve = tuple(thin([p for p in m.curve if p[0] >= last])) if last is not None else ()
     run = VariantRun(variant, errors[0] if errors else None, m.peak, _step_peak(m.curve, last), _compile_seconds(),
                      wall, _graphs_compiled(), fallbacks, len(m.compiled_calls), marks, tuple(thin(m.curve)),
-                     m.cuda, snapshot, last, step_curve, None if last is None else _live_before(m.curve, last))
+                     m.cuda, snapshot, last, step_curve, None if last is None else _live_before(m.curve, last),
+                     None if last is None else m.compiled_calls[-1].end - last)
     Path(out_path).write_text(json.dumps(asdict(run)))
     return 0
 
@@ -528,7 +553,7 @@ def draw_comparison(comparison: Comparison):
     ref = comparison.run_of(comparison.reference) if comparison.reference else runs[0]
     top = max(r.peak for r in runs)
     scale, unit = axis_unit(top)
-    fig, (whole, step) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [3, 2]})
+    fig, (whole, step, cost) = plt.subplots(1, 3, figsize=(16, 4.8), gridspec_kw={"width_ratios": [3, 2, 1.6]})
     ref_step = ref.last_step_start
     # the whole run on a scale of what it did: each compiled call, and each stretch between two (the first one
     # builds and compiles), is one unit, so a long compile or a pause takes no more room than a kernel call
@@ -578,6 +603,7 @@ def draw_comparison(comparison: Comparison):
                   frameon=False)
     if ref_step is None:
         step.set_visible(False)
+    _peak_against_step_time(cost, runs, scale, unit)
     fig.suptitle(f"{Path(comparison.script).name}: real memory per variant ({comparison.device})")
     fig.tight_layout()
     return fig

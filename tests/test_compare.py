@@ -139,6 +139,29 @@ def test_the_plot_draws_tied_variants_as_one_named_line_and_every_line_to_the_en
         plt.close(fig)
 
 
+def test_the_plot_and_the_table_put_each_variants_real_peak_beside_its_step_time():
+    """A budget trades memory for time: the third panel has one named point per variant, its real peak against its
+    last step's compiled seconds, and the table a column of those seconds."""
+    pytest.importorskip("matplotlib")
+    import dataclasses
+
+    import matplotlib.pyplot as plt
+
+    runs = (dataclasses.replace(_run("stock", [3_000_000] * 160 + [5_000_000] * 40), step_seconds=0.10),
+            dataclasses.replace(_run("budget:0.5", [3_000_000] * 160 + [4_000_000] * 40), step_seconds=0.125))
+    comparison = Comparison("s.py", (), "cpu", runs, "stock", "")
+    fig = draw_comparison(comparison)
+    try:
+        cost = fig.axes[2]
+        points = [(line.get_xdata()[0], line.get_ydata()[0]) for line in cost.get_lines()]
+        assert points == [(0.10, 5.0), (0.125, 4.0)] and cost.get_ylabel() == "real peak (MB)"
+        assert [t.get_text() for t in cost.texts] == ["stock", "budget:0.5"]
+    finally:
+        plt.close(fig)
+    header, _, stock, budget = comparison.table().splitlines()
+    assert "last step s" in header and "0.100" in stock.split() and "0.125" in budget.split()
+
+
 @pytest.mark.parametrize("spec, hook, functorch", [
     ("stock", None, ()), ("slab", {"slab": True}, ()), ("budget:0.5", {"memory_budget": 0.5}, ()),
     ("budget:1", {"memory_budget": 1.0}, ()), ("budget:12MB", {"memory_budget": 12_000_000}, ()),
