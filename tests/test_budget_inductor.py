@@ -581,3 +581,32 @@ def test_a_model_that_checkpoints_its_blocks_is_partitioned_below_its_checkpoint
     assert peak < stock_peak, (peak, stock_peak)
     for ours, theirs in zip(got, expected, strict=True):
         assert_close_to_eager(ours, theirs, "gradient")
+
+
+@pytest.mark.slow
+def test_a_region_compiled_per_layer_runs_many_times_and_the_meter_says_so(fresh_compiles, caplog):
+    """Three blocks, each compiled on its own (``block.compile()``, as torchtitan does): the first block's input
+    needs no gradient, the others' do, so two regions, the second run twice a step. A region's fraction is of one
+    call's estimate; ``measure_step`` gives the meter's verdict against the budget and warns that a region ran
+    more often than it was compiled."""
+    from benchmarks.zoo import TransformerBlock
+
+    torch.manual_seed(0)
+    blocks = nn.Sequential(*(TransformerBlock(64) for _ in range(3)))
+    x = torch.randn(8, 64, 64)
+    for block in blocks:
+        block.compile()
+
+    def step():
+        blocks.zero_grad(set_to_none=True)
+        blocks(x).square().mean().backward()
+
+    with hook.use(memory_budget=0.5) as session:
+        step()
+    assert len(session.partitions) == 2, session.summary()
+    with caplog.at_level(logging.WARNING, logger="reorder"):
+        measured = session.measure_step(step, "cpu")
+    assert "the step ran 3 compiled forward calls of 2 budgeted regions" in caplog.text
+    budget = max(r.budget_bytes for r in session.partitions)
+    assert all(r.measured_peak == measured.peak and r.feasible == (measured.peak <= budget)
+               for r in session.partitions)

@@ -122,6 +122,7 @@ def test_the_measured_step_decides_the_verdict_and_names_what_eager_code_held(ca
            "allocated outside the compiled graphs)" in caplog.text
     session.measure_step(lambda: torch.ones(200), "cpu")  # 800 B: met, by the meter
     assert session.partitions[0].feasible and session.partitions[0].measured_peak == 800
+    assert "compiled forward calls" not in caplog.text  # no compiled call ran: nothing ran twice
 
 
 def test_the_replay_of_generated_code_counts_owned_inputs_until_their_del_and_reuses_in_place():

@@ -595,7 +595,9 @@ class Session:
         and ``feasible`` as ``measured_peak <= `` the step's budget (the highest ``budget_bytes`` of the
         session's regions, each of which counts what earlier regions hold). A WARNING where an estimate had said
         met. Returns the :class:`~reorder.measure.MemoryMeasurement`. Call it with the step the session compiled
-        (after the first call, which compiles)."""
+        (after the first call, which compiles). A region compiled once and run several times a step (a compile
+        per layer, FSDP) has one record, whose fraction is of one call's estimate: the step holds what the other
+        calls saved beside it, so a WARNING asks for the step's budget in bytes, which the meter checks as is."""
         from ..measure import measure
 
         measured = measure(step, device)
@@ -605,6 +607,13 @@ class Session:
         budget = max(r.budget_bytes for r in records)
         outside = sum(nbytes for origin, nbytes in measured.peak_composition.items()
                       if origin.startswith("outside compiled"))
+        calls = sum(1 for c in measured.compiled_calls if not c.name.endswith("(backward)"))
+        regions = len({r.digest or r.graph for r in records})
+        if calls > regions and any(isinstance(r.budget, float) for r in records):
+            log.warning("reorder: the step ran %d compiled forward calls of %d budgeted regions: a region that runs "
+                        "several times a step (a compile per layer) got a fraction of one call's estimate, which "
+                        "the step's peak exceeds by what the other calls hold; give the step's budget in bytes",
+                        calls, regions)
         for record in records:
             amended = dataclasses.replace(record, measured_peak=measured.peak, outside_bytes=outside,
                                           feasible=measured.peak <= budget)
