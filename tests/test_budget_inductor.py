@@ -23,7 +23,8 @@ from reorder.inductor.session import record_from_dict
 from reorder import inductor as hook
 from reorder.errors import ReorderError
 from reorder.inductor import BudgetPartitioner, HookOptions, PartitionRecord
-from reorder.inductor.joint_adapter import step_graph_from_joint
+from reorder.budget import partition_of
+from reorder.inductor.joint_adapter import saved_names, step_graph_from_joint
 
 pytestmark = pytest.mark.usefixtures("fresh_compiles")
 
@@ -208,6 +209,36 @@ def test_what_inductor_made_is_estimated_with_what_earlier_regions_hold(monkeypa
     assert record.peak == record.stock_peak  # what it made is stock's partition, estimated with the 1000 B held
 
 
+def test_inductors_choices_at_every_budget_are_its_partitioners_run_in_full():
+    """Our candidates from Inductor's ``activation_memory_budget`` come from its partitioner stopped at its choice,
+    with its minimum cuts shared across the budgets (a fifth of the time): at every budget the partition is the one
+    its full run makes."""
+    from reorder.inductor.partitioner import INDUCTOR_BUDGETS, _inductor_choices, _inductor_partition
+
+    found = []
+
+    def capture(gm, joint_inputs, **kwargs):
+        graph = step_graph_from_joint(gm, kwargs["num_fwd_outputs"], kwargs["static_lifetime_input_indices"])
+        fast = _inductor_choices(gm, joint_inputs, kwargs, INDUCTOR_BUDGETS)
+        def partition(names):  # what the backward needs of them; a set ours refuses (a random op redrawn) as is
+            ids = graph.ids(n for n in names if n in graph.index)
+            try:
+                return partition_of(graph, ids).saved
+            except ReorderError:
+                return frozenset(ids)
+
+        for budget in INDUCTOR_BUDGETS:
+            full = saved_names(_inductor_partition(gm, joint_inputs, kwargs, budget)[0], kwargs["num_fwd_outputs"], gm)
+            found.append((budget, partition(fast[budget]), partition(full)))
+        return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+
+    model, x = mlp(dropout=0.1), torch.randn(256, 64)
+    run(step_of(model, capture), model, x)
+    assert [b for b, _, _ in found] == list(INDUCTOR_BUDGETS)
+    assert all(fast == full for _, fast, full in found), found
+    assert len({fast for _, fast, _ in found}) > 1  # the budgets do choose differently
+
+
 def test_the_joint_graph_as_plain_data():
     graphs = []
 
@@ -324,7 +355,8 @@ def test_partition_records_read_back_from_json():
     record = PartitionRecord(graph="g", nodes=10, budget=0.5, budget_bytes=100, stock_peak=200, peak=90,
                              feasible=True, source="price 1/64", saved_bytes=40, stock_saved_bytes=120, recomputed=3,
                              stock_recomputed=1, recomputed_flops=5000, stock_recomputed_flops=10,
-                             frontier=((5000, 90), (9000, 80)), held_before=0, digest="abc", seconds=0.5)
+                             frontier=((5000, 90), (9000, 80)), held_before=0, digest="abc", seconds=0.5,
+                             stages=(("joint graph", 0.1), ("frontier", 0.4)))
     import json
 
     assert record_from_dict(json.loads(json.dumps(record.to_dict()))) == record
@@ -343,8 +375,6 @@ def test_a_node_the_partitioner_added_is_not_taken_for_the_joint_node_of_its_nam
     import operator
 
     from torch._prims.rng_prims import run_and_save_rng_state
-
-    from reorder.inductor.joint_adapter import saved_names
 
     def node(graph, target, args, name, val):
         made = graph.create_node("call_function", target, args, name=name)

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 
 from ..budget.frontier import Candidate, frontier
@@ -121,6 +122,8 @@ class BudgetPartitioner(_custom_partitioner_base(), SessionBound):
     def _partition(self, gm, joint_inputs, kwargs: dict, stock: tuple, name: str,
                    session: Session | None) -> tuple[PartitionRecord, tuple, RegionPlan | None]:
         t0 = time.perf_counter()
+        stages: dict[str, float] = {}
+        lap = _stopwatch(stages)
         num_fwd_outputs = kwargs["num_fwd_outputs"]
         digest = joint_digest(gm)
         earlier = {r.digest: r for r in (session.partitions if session is not None else ()) if r.digest != digest}
@@ -128,10 +131,13 @@ class BudgetPartitioner(_custom_partitioner_base(), SessionBound):
         graph = step_graph_from_joint(gm, num_fwd_outputs, kwargs.get("static_lifetime_input_indices"), name,
                                       inputs_are_activations=bool(earlier),
                                       model_rewrites=self.options.model_rewrites)
-        offered = {f"inductor budget {b:g}": _saved(graph, _inductor_partition(gm, joint_inputs, kwargs, b)[0],
-                                                    num_fwd_outputs, gm) for b in INDUCTOR_BUDGETS}
+        lap("joint graph")
+        offered = {f"inductor budget {b:g}": [graph.index[n] for n in names if n in graph.index]
+                   for b, names in _inductor_choices(gm, joint_inputs, kwargs, INDUCTOR_BUDGETS).items()}
+        lap("inductor budgets")
         front = frontier(graph, _saved(graph, stock[0], num_fwd_outputs, gm), held_before=held_before,
                          offered=offered)
+        lap("frontier")
         stock_peak = front.stock.peak.peak - held_before + sum(r.stock_saved_bytes for r in earlier.values())
         budget = self.options.memory_budget
         budget_bytes = budget if isinstance(budget, int) else max(1, int(budget * stock_peak))
@@ -148,6 +154,7 @@ class BudgetPartitioner(_custom_partitioner_base(), SessionBound):
             if chosen.peak.peak > front.stock.peak.peak:  # never above stock
                 note += "; above stock's estimate, so stock's partition is kept"
                 chosen, modules = front.stock, stock
+        lap("partition made")
         stock_partition = front.stock.partition
         record = PartitionRecord(
             graph=name,
@@ -169,6 +176,7 @@ class BudgetPartitioner(_custom_partitioner_base(), SessionBound):
             digest=digest,
             seconds=time.perf_counter() - t0,
             note=note.lstrip("; "),
+            stages=tuple(stages.items()),
         )
         # the compiled graphs of a region after the first take the activations handed over as inputs that
         # Inductor's model of them leaves out (named as parameters are): they are not checked
@@ -181,6 +189,18 @@ class BudgetPartitioner(_custom_partitioner_base(), SessionBound):
                               {kind: _scratch_by_name(program) for kind, program in programs.items()},
                               probes=_probes(gm) if applies("convolution_scratch", self.options.model_rewrites) else {})
         return record, modules, plan
+
+
+def _stopwatch(stages: dict[str, float]):
+    """A function that records, under the name it is given, the seconds since it was last called (or made)."""
+    last = [time.perf_counter()]
+
+    def lap(name: str) -> None:
+        now = time.perf_counter()
+        stages[name] = stages.get(name, 0.0) + now - last[0]
+        last[0] = now
+
+    return lap
 
 
 def joint_digest(gm) -> str:
@@ -218,6 +238,66 @@ def _inductor_partition(gm, joint_inputs, kwargs: dict, budget: float) -> tuple:
 
     with functorch_config.patch(activation_memory_budget=budget):
         return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+
+
+class _Chosen(Exception):
+    """Carries the joint nodes Inductor's partitioner chose to save out of it, before it builds its graphs."""
+
+    def __init__(self, names: list[str]):
+        super().__init__("saved values chosen")
+        self.names = names
+
+
+_stopping = threading.Lock()
+
+
+def _inductor_choices(gm, joint_inputs, kwargs: dict, budgets) -> dict[float, list[str]]:
+    """Per budget, the names of the joint nodes Inductor's min-cut partition of ``gm`` saves with
+    ``activation_memory_budget=budget``, as its own partitioner chooses them, in less time than running it once
+    per budget:
+
+    * it is stopped where it would build the forward and backward graphs from its choice
+      (``_extract_fwd_bwd_modules``, half its time), which a candidate does not need;
+    * its minimum cuts (``solve_min_cut``) are remembered across the budgets: below 1.0 every budget first cuts
+      with the same three sets of options, and only the knapsack's last cut depends on the budget.
+
+    Only this thread's calls are changed; a compile in another thread meanwhile runs the partitioner as is."""
+    import torch._functorch.partitioners as partitioners
+    from torch.utils._ordered_set import OrderedSet
+
+    found: dict[float, list[str]] = {}
+    with _stopping:
+        extract, solve = partitioners._extract_fwd_bwd_modules, partitioners.solve_min_cut
+        caller, cuts = threading.get_ident(), {}
+
+        def stop(joint_module, saved_values, *args, **kwargs):
+            if threading.get_ident() != caller:
+                return extract(joint_module, saved_values, *args, **kwargs)
+            raise _Chosen([node.name for node in saved_values])
+
+        def remembered(joint_graph, node_info, min_cut_options, dont_ban=None):
+            if threading.get_ident() != caller:
+                return solve(joint_graph, node_info, min_cut_options, dont_ban)
+            key = (repr(min_cut_options), tuple(sorted(node.name for node in dont_ban or ())))
+            if key not in cuts:
+                saved, banned = solve(joint_graph, node_info, min_cut_options, dont_ban)
+                cuts[key] = ([node.name for node in saved], [node.name for node in banned])
+            by_name = {node.name: node for node in joint_graph.nodes}  # each run makes its graph anew
+            saved, banned = cuts[key]
+            return [by_name[name] for name in saved], OrderedSet(by_name[name] for name in banned)
+
+        partitioners._extract_fwd_bwd_modules, partitioners.solve_min_cut = stop, remembered
+        try:
+            for budget in budgets:
+                try:
+                    forward = _inductor_partition(gm, joint_inputs, kwargs, budget)[0]
+                except _Chosen as chosen:
+                    found[budget] = chosen.names
+                else:  # a torch whose partitioner builds its graphs otherwise
+                    found[budget] = saved_names(forward, kwargs["num_fwd_outputs"], gm)
+        finally:
+            partitioners._extract_fwd_bwd_modules, partitioners.solve_min_cut = extract, solve
+    return found
 
 
 def _min_cut_with_policies(gm, joint_inputs, kwargs: dict, graph, partition) -> tuple:

@@ -411,6 +411,12 @@ class PartitionRecord(_Record):
     allocated outside the compiled graphs (eager code around the region: a
     loss computed after the compiled model, its gradient); once measured,
     ``feasible`` is ``measured_peak <= budget_bytes``, the meter's verdict.
+    ``stages``: where ``seconds`` went, ``(stage, seconds)`` in order:
+    ``joint graph`` (our conversion, convolution scratch probes included),
+    ``inductor budgets`` (Inductor's partitioner at every tenth of its own
+    ``activation_memory_budget``, candidates of ours), ``frontier`` (minimum
+    cuts, segments and every candidate's estimate), ``partition made``
+    (Inductor's min-cut with our choice as policies).
 
     Peaks are the estimate of :func:`~reorder.budget.step_peak.step_peak`
     (the forward with its saved values, the backward freeing them, in the
@@ -441,6 +447,7 @@ class PartitionRecord(_Record):
     modelled_peak: int | None = None
     measured_peak: int | None = None
     outside_bytes: int | None = None
+    stages: tuple[tuple[str, float], ...] = ()
 
     kind = "partition"
 
