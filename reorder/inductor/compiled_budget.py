@@ -66,9 +66,9 @@ from .scratch import scratch_in_layout
 from .rewrites import applies
 from .session import PartitionRecord, Session
 
-__all__ = ["RegionPlan", "check_generated", "compiled_model", "expect_region", "generated_kernels", "in_place_inputs",
-           "kernel_local_buffers", "kernel_scratch", "model_of_nodes", "note_model", "origin_names", "owned_copies",
-           "owned_inputs", "region_of"]
+__all__ = ["RegionPlan", "check_generated", "compiled_model", "expect_region", "generated_kernels",
+           "handed_channels_last", "in_place_inputs", "kernel_local_buffers", "kernel_scratch", "model_of_nodes",
+           "note_model", "origin_names", "owned_copies", "owned_inputs", "region_of"]
 
 log = logging.getLogger("reorder")
 
@@ -80,7 +80,9 @@ class RegionPlan:
     (``"forward"`` and ``"backward"``: node name -> bytes), the replayed peak of each graph compiled so far,
     the peak the model of its code promised for the order kept (:func:`note_model`), and the probed nodes'
     operators and arguments (node name -> :func:`~reorder.inductor.scratch.probe_of`), to measure their kernels
-    again in the layouts Inductor gave them (:func:`kernel_scratch`)."""
+    again in the layouts Inductor gave them (:func:`kernel_scratch`), and the joint graph's four-dimensional
+    inputs that are not channels-last (``layout_copies``): where the backward gets one of them channels-last, its
+    forward made that copy (:func:`handed_channels_last`)."""
 
     record: PartitionRecord
     free_inputs: frozenset[str]
@@ -89,6 +91,7 @@ class RegionPlan:
     peaks: dict[str, int] = field(default_factory=dict)
     modelled: dict[str, int] = field(default_factory=dict)
     probes: dict[str, tuple] = field(default_factory=dict)
+    layout_copies: frozenset[str] = frozenset()
 
 
 def region_of(graph_name: str) -> tuple[str, str] | None:
@@ -215,8 +218,8 @@ def compiled_model(session: Session | None, graph_name: str, graph: Graph, gener
     scratch = [0 if made else sum(measured.get(name, 0) for name in names)  # extern kernels' scratch only
                for made, names in zip(generated, origins)] if origins else None
     donated = plan.donated_inputs if kind == "backward" else frozenset()
-    return AllocationModel.build(graph, generated, donated, scratch, decided_by, grouped, plan.free_inputs, writable,
-                                 local)
+    free = plan.free_inputs - handed_channels_last(plan) if kind == "backward" else plan.free_inputs
+    return AllocationModel.build(graph, generated, donated, scratch, decided_by, grouped, free, writable, local)
 
 
 def kernel_scratch(plan: RegionPlan, kind: str, kernels: Sequence) -> dict[str, int]:
@@ -283,10 +286,40 @@ def check_generated(session: Session | None, graph_name: str, code: GeneratedCod
 def owned_inputs(plan: RegionPlan, kind: str, code: GeneratedCode) -> list[str]:
     """The inputs of a region's ``kind`` graph that the step pays for and the graph frees: none of a forward's
     (the caller's parameters and batch); a backward's saved values and tangents, and the parameters or batch
-    the forward copied (laid out channels-last for a convolution), all but :attr:`RegionPlan.free_inputs`."""
+    the forward copied (laid out channels-last for a convolution), all but :attr:`RegionPlan.free_inputs`, and
+    those of them that the forward copied all the same (:func:`handed_channels_last`)."""
     if kind != "backward":
         return []
-    return [name for name in code.inputs if name not in plan.free_inputs]
+    copied = handed_channels_last(plan)
+    return [name for name in code.inputs if name not in plan.free_inputs or name in copied]
+
+
+def handed_channels_last(plan: RegionPlan) -> set[str]:
+    """The inputs of the backward being compiled that the partition took for the caller's (the batch, a
+    parameter, saved as they are) but that reach it channels-last, though the joint graph has them in another
+    layout: its forward, with Inductor's layout optimisation, returned a channels-last copy of each, which the
+    step pays for and the backward's ``del`` frees. Read from the graph Inductor is compiling (its inputs'
+    strides); empty outside one."""
+    if not plan.layout_copies:
+        return set()
+    try:
+        from torch._inductor.virtualized import V
+
+        inputs = V.graph.graph_inputs
+    except Exception:  # noqa: BLE001 - no graph being compiled: nothing is known to be a copy
+        return set()
+    return {name for name in plan.layout_copies & plan.free_inputs
+            if name in inputs and _channels_last(inputs[name])}
+
+
+def _channels_last(node) -> bool:
+    """Whether an IR input of four dimensions has channels-last strides at the size hints."""
+    try:
+        n, c, h, w = (hint_bytes(size) for size in node.get_size())
+        strides = tuple(hint_bytes(stride) for stride in node.get_stride())
+    except Exception:  # noqa: BLE001 - not a tensor of four dimensions
+        return False
+    return c > 1 and strides == (c * h * w, 1, w * c, c)
 
 
 def owned_copies(session: Session | None, graph_name: str, graph_inputs: Iterable[str]) -> list[str]:
@@ -297,7 +330,9 @@ def owned_copies(session: Session | None, graph_name: str, graph_inputs: Iterabl
     planned = _planned_graph(session, graph_name)
     if planned is None or planned[1] != "backward" or not applies("layout_copies", session.options.model_rewrites):
         return []
-    return [name for name in graph_inputs if name.startswith("primals_") and name not in planned[0].free_inputs]
+    copied = handed_channels_last(planned[0])
+    return [name for name in graph_inputs
+            if name.startswith("primals_") and (name not in planned[0].free_inputs or name in copied)]
 
 
 def amend(session: Session, plan: RegionPlan) -> None:

@@ -36,7 +36,7 @@ from .fx_values import nbytes, numel, size_hint
 from .rewrites import applies
 from .scratch import scratch_bytes
 
-__all__ = ["recompute_policy", "saved_names", "step_graph_from_joint"]
+__all__ = ["inputs_not_channels_last", "recompute_policy", "saved_names", "step_graph_from_joint"]
 
 #: Views Inductor lowers as views though their schemas declare no alias.
 _VIEW_TARGETS = ("aten::_unsafe_view",)
@@ -222,6 +222,17 @@ def _layout_copies(joint_module) -> set:
                     and not val.is_contiguous(memory_format=torch.channels_last)):
                 copied.add(arg)
     return copied
+
+
+def inputs_not_channels_last(joint_module) -> frozenset[str]:
+    """The joint graph's four-dimensional tensor inputs that are not laid out channels-last (the batch of an image
+    model, convolution weights): with Inductor's layout optimisation, one saved for the backward reaches it as a
+    channels-last copy its forward made (see :func:`~reorder.inductor.compiled_budget.handed_channels_last`)."""
+    import torch
+
+    return frozenset(n.name for n in joint_module.graph.nodes if n.op == "placeholder"
+                     and isinstance(val := n.meta.get("val"), torch.Tensor) and val.dim() == 4
+                     and not val.is_contiguous(memory_format=torch.channels_last))
 
 
 def _backward_addmm(joint_module, info) -> dict:

@@ -56,7 +56,7 @@ from ..budget.partition import partition_of
 from ..budget.step_peak import donated_values, free_values, programs_of, step_peak
 from .adapter import graph_being_compiled
 from .compiled_budget import RegionPlan, expect_region
-from .joint_adapter import recompute_policy, saved_names, step_graph_from_joint
+from .joint_adapter import inputs_not_channels_last, recompute_policy, saved_names, step_graph_from_joint
 from .rewrites import applies
 from .scratch import probe_of
 from .session import FallbackRecord, PartitionRecord, Session, SessionBound, source_hash
@@ -187,7 +187,8 @@ class BudgetPartitioner(_custom_partitioner_base(), SessionBound):
             plan = RegionPlan(record, names(free_values(graph, chosen.partition)),
                               names(donated_values(graph, chosen.partition)),
                               {kind: _scratch_by_name(program) for kind, program in programs.items()},
-                              probes=_probes(gm) if applies("convolution_scratch", self.options.model_rewrites) else {})
+                              probes=_probes(gm) if applies("convolution_scratch", self.options.model_rewrites) else {},
+                              layout_copies=inputs_not_channels_last(gm))
         return record, modules, plan
 
 
