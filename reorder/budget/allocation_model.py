@@ -77,7 +77,10 @@ class AllocationModel:
     writes, so a layout change rules it out; each fused member decides for its own outputs); None: any buffer a
     generated kernel reads; ``local``: buffers a
     fused kernel makes and uses up inside itself, which Inductor never allocates
-    (``Kernel.remove_kernel_local_buffers``).
+    (``Kernel.remove_kernel_local_buffers``); ``pooled_inputs``: donated inputs that die go into the reuse pool
+    too. The generated code never pools them (its ``del`` of a graph input), but the step's programs, which rank
+    partitions before Inductor lowers anything, were calibrated with them pooled on the benchmark's rows (a
+    partition ranked without it measured higher on ALBERT-MLM), so they keep it until those rows are rerun.
     """
 
     graph: Graph
@@ -88,6 +91,7 @@ class AllocationModel:
     grouped: tuple[bool, ...] | None = None
     writable: tuple[frozenset[int], ...] | None = None
     local: frozenset[int] = frozenset()
+    pooled_inputs: bool = False
 
     @classmethod
     def build(cls, graph: Graph, generated: Sequence[bool], donated: Collection[str] = frozenset(),
@@ -135,8 +139,9 @@ class AllocationModel:
         pool: dict[int, list[int]] = {}  # storage size -> buffers that died, most recent last
         dying: list[list[int]] = [[] for _ in range(graph.num_nodes)]
         for b in range(graph.num_buffers):
-            if (life.end[b] is not None and reusable[b] and not graph.is_output[b] and not graph.is_input[b]
-                    and b not in self.local):  # a graph input's free is a plain ``del``, never pooled
+            if (life.end[b] is not None and reusable[b] and not graph.is_output[b]
+                    and (self.pooled_inputs or not graph.is_input[b])  # an input's free is a plain ``del``
+                    and b not in self.local):
                 dying[released[life.end[b]]].append(b)
         for step, v in enumerate(order):
             for k, b in enumerate(graph.outputs[v]):
