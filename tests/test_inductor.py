@@ -222,7 +222,7 @@ def test_capture_writes_graphs_even_when_inductors_cache_is_warm(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1].startswith(f"wrote 2 graphs and inductor-figures.json to {out} ")
     rows = [line for line in result.stdout.splitlines() if line.startswith("model__")]
-    assert len(rows) == 2 and all(len(re.findall(r"\d+(?:\.\d\d)? (?:B|KiB|MiB)\b", row)) == 3 for row in rows), rows
+    assert len(rows) == 2 and all(len(re.findall(r"\d+(?:\.\d\d)? (?:B|kB|MB|GB)\b", row)) == 3 for row in rows), rows
     figures = json.loads((out / "inductor-figures.json").read_text())
     assert len(figures) == 2 and len(list(out.glob("*.json"))) == 3
     for name, fig in figures.items():
