@@ -97,7 +97,8 @@ class AllocationModel:
     def build(cls, graph: Graph, generated: Sequence[bool], donated: Collection[str] = frozenset(),
               scratch: Sequence[int] | None = None, decided_by: Graph | None = None,
               grouped: Sequence[bool] | None = None, free_inputs: Collection[str] = frozenset(),
-              writable: Mapping[str, Collection[str]] | None = None, local: Collection[str] = ()) -> AllocationModel:
+              writable: Mapping[str, Collection[str]] | None = None, local: Collection[str] = (),
+              pooled_inputs: bool = False) -> AllocationModel:
         """The model of ``graph`` with the inputs named in ``free_inputs`` at zero bytes (they live before the
         program and after it), the inputs named in ``donated`` free to hand on their storage once they die, each
         node's workspace added to its ``scratch``, and ``writable`` and ``local`` given by buffer names."""
@@ -108,7 +109,7 @@ class AllocationModel:
                                                    for name in graph.buffer_names)
         return cls(graph, tuple(generated), storage_handed_on(graph, donated), during if any(during) else None,
                    decided_by, tuple(grouped) if grouped is not None else None, into,
-                   frozenset(index[b] for b in local if b in index))
+                   frozenset(index[b] for b in local if b in index), pooled_inputs)
 
     def peak(self, order: Sequence[int]) -> int:
         """The peak bytes the generated code allocates when it runs ``order``."""

@@ -51,8 +51,6 @@ is from the allocator's real peak is measured on the real-model benchmark
 
 from __future__ import annotations
 
-import dataclasses
-
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -221,7 +219,7 @@ def _program(graph: StepGraph, name: str, runs: Sequence[int], inputs: dict[int,
         scratch.append(scratch_of[v])
     output_names = list(dict.fromkeys(buffer_of[s] for s in sorted(kept) if s in buffer_of))
     program = build_graph(specs, list(input_specs.values()), output_names, name=name)
-    return dataclasses.replace(AllocationModel.build(program, generated, donated, scratch), pooled_inputs=True)
+    return AllocationModel.build(program, generated, donated, scratch, pooled_inputs=True)
 
 
 def _materialised(graph: StepGraph, runs: Sequence[int], in_program: set[int], kept: set[int]) -> set[int]:

@@ -66,8 +66,8 @@ from .scratch import scratch_in_layout
 from .rewrites import applies
 from .session import PartitionRecord, Session
 
-__all__ = ["RegionPlan", "check_generated", "compiled_model", "expect_region", "generated_kernels",
-           "handed_channels_last", "in_place_inputs", "kernel_local_buffers", "kernel_scratch", "model_of_nodes",
+__all__ = ["RegionPlan", "backward_free_inputs", "check_generated", "compiled_model", "expect_region",
+           "generated_kernels", "handed_channels_last", "in_place_inputs", "kernel_local_buffers", "kernel_scratch", "model_of_nodes",
            "note_model", "origin_names", "owned_copies", "owned_inputs", "region_of"]
 
 log = logging.getLogger("reorder")
@@ -218,7 +218,7 @@ def compiled_model(session: Session | None, graph_name: str, graph: Graph, gener
     scratch = [0 if made else sum(measured.get(name, 0) for name in names)  # extern kernels' scratch only
                for made, names in zip(generated, origins)] if origins else None
     donated = plan.donated_inputs if kind == "backward" else frozenset()
-    free = plan.free_inputs - handed_channels_last(plan) if kind == "backward" else plan.free_inputs
+    free = backward_free_inputs(plan) if kind == "backward" else plan.free_inputs
     return AllocationModel.build(graph, generated, donated, scratch, decided_by, grouped, free, writable, local)
 
 
@@ -290,8 +290,14 @@ def owned_inputs(plan: RegionPlan, kind: str, code: GeneratedCode) -> list[str]:
     those of them that the forward copied all the same (:func:`handed_channels_last`)."""
     if kind != "backward":
         return []
-    copied = handed_channels_last(plan)
-    return [name for name in code.inputs if name not in plan.free_inputs or name in copied]
+    free = backward_free_inputs(plan)
+    return [name for name in code.inputs if name not in free]
+
+
+def backward_free_inputs(plan: RegionPlan) -> frozenset[str]:
+    """The inputs of the region's backward being compiled that cost the step nothing: the partition's free
+    inputs but those its forward handed over as channels-last copies (:func:`handed_channels_last`)."""
+    return plan.free_inputs - handed_channels_last(plan)
 
 
 def handed_channels_last(plan: RegionPlan) -> set[str]:
@@ -313,13 +319,16 @@ def handed_channels_last(plan: RegionPlan) -> set[str]:
 
 
 def _channels_last(node) -> bool:
-    """Whether an IR input of four dimensions has channels-last strides at the size hints."""
+    """Whether an IR input of four dimensions and more than one channel has channels-last strides at the size
+    hints."""
+    from torch._prims_common import make_channels_last_strides_for
+
     try:
-        n, c, h, w = (hint_bytes(size) for size in node.get_size())
+        shape = [hint_bytes(size) for size in node.get_size()]
         strides = tuple(hint_bytes(stride) for stride in node.get_stride())
-    except Exception:  # noqa: BLE001 - not a tensor of four dimensions
+    except Exception:  # noqa: BLE001 - not an input with a size and strides
         return False
-    return c > 1 and strides == (c * h * w, 1, w * c, c)
+    return len(shape) == 4 and shape[1] > 1 and strides == tuple(make_channels_last_strides_for(shape))
 
 
 def owned_copies(session: Session | None, graph_name: str, graph_inputs: Iterable[str]) -> list[str]:
@@ -330,9 +339,8 @@ def owned_copies(session: Session | None, graph_name: str, graph_inputs: Iterabl
     planned = _planned_graph(session, graph_name)
     if planned is None or planned[1] != "backward" or not applies("layout_copies", session.options.model_rewrites):
         return []
-    copied = handed_channels_last(planned[0])
-    return [name for name in graph_inputs
-            if name.startswith("primals_") and (name not in planned[0].free_inputs or name in copied)]
+    free = backward_free_inputs(planned[0])
+    return [name for name in graph_inputs if name.startswith("primals_") and name not in free]
 
 
 def amend(session: Session, plan: RegionPlan) -> None:

@@ -214,25 +214,24 @@ def _layout_copies(joint_module) -> set:
     import torch
 
     convolutions = [n for n in joint_module.graph.nodes if n.target is torch.ops.aten.convolution.default]
-    copied = set()
-    for conv in convolutions:
-        for arg in conv.args[:2]:
-            val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
-            if (arg.op == "placeholder" and isinstance(val, torch.Tensor) and val.dim() == 4
-                    and not val.is_contiguous(memory_format=torch.channels_last)):
-                copied.add(arg)
-    return copied
+    return {arg for conv in convolutions for arg in conv.args[:2]
+            if isinstance(arg, torch.fx.Node) and _input_not_channels_last(arg)}
 
 
 def inputs_not_channels_last(joint_module) -> frozenset[str]:
     """The joint graph's four-dimensional tensor inputs that are not laid out channels-last (the batch of an image
     model, convolution weights): with Inductor's layout optimisation, one saved for the backward reaches it as a
     channels-last copy its forward made (see :func:`~reorder.inductor.compiled_budget.handed_channels_last`)."""
+    return frozenset(n.name for n in joint_module.graph.nodes if _input_not_channels_last(n))
+
+
+def _input_not_channels_last(node) -> bool:
+    """Whether ``node`` is a graph input holding a four-dimensional tensor not laid out channels-last."""
     import torch
 
-    return frozenset(n.name for n in joint_module.graph.nodes if n.op == "placeholder"
-                     and isinstance(val := n.meta.get("val"), torch.Tensor) and val.dim() == 4
-                     and not val.is_contiguous(memory_format=torch.channels_last))
+    val = node.meta.get("val")
+    return (node.op == "placeholder" and isinstance(val, torch.Tensor) and val.dim() == 4
+            and not val.is_contiguous(memory_format=torch.channels_last))
 
 
 def _backward_addmm(joint_module, info) -> dict:
