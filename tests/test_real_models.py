@@ -137,6 +137,30 @@ def budget_cached(name: str) -> dict:
     return json.loads((CACHED.parent / "budget" / f"{name}.json").read_text())
 
 
+def test_the_gpu_table_reads_the_allocators_peaks_of_each_point(tmp_path):
+    """A row measured with ``--device cuda``: stock, our 1.0 and lowest point, Inductor's at that fraction and its
+    lowest, each as allocated / reserved MB with the change of the allocated peak against stock's."""
+    from benchmarks.real.budget_report import cuda_table
+
+    def variant(kind, fraction, allocated, reserved, seconds):
+        return {"kind": kind, "fraction": fraction, "real_peak": allocated, "step_seconds": seconds,
+                "cuda": {"max_memory_allocated": allocated, "max_memory_reserved": reserved}}
+
+    row = {"model": "Tiny", "gpu": "NVIDIA H200", "torch": "2.15.0+cu130", "variants": {
+        "stock": variant("stock", None, 20_000_000, 22_020_096, 0.010),
+        "ours 1": variant("ours", 1.0, 19_000_000, 20_971_520, 0.010),
+        "ours 0.6": variant("ours", 0.6, 12_000_000, 14_680_064, 0.012),
+        "inductor 0.6": variant("inductor", 0.6, 15_000_000, 16_777_216, 0.013)}}
+    (tmp_path / "Tiny.json").write_text(json.dumps(row))
+    assert cuda_table([tmp_path])[2:] == [
+        "| model | GPU, torch | stock | ours 1.0 | ours lowest | Inductor's at that fraction | Inductor's lowest |",
+        "|---|---|---|---|---|---|---|",
+        "| Tiny | NVIDIA H200, torch 2.15.0+cu130 | 20.00 / 22.02, 10.0 ms | 19.00 / 20.97 (-5.0%), 10.0 ms | "
+        "0.6: 12.00 / 14.68 (-40.0%), 12.0 ms | 15.00 / 16.78 (-25.0%), 13.0 ms | "
+        "0.6: 15.00 / 16.78 (-25.0%), 13.0 ms |"]
+    assert cuda_table([tmp_path / "none"]) == []
+
+
 def test_budget_fractions_run_from_one_to_the_lowest_point_of_the_regions_that_have_one():
     from benchmarks.real.budget import fractions_for, variants_for
 

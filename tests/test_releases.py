@@ -78,6 +78,25 @@ def test_importing_the_hook_under_an_unsupported_release_says_so_in_one_line_and
                                               capture_output=True, text=True, check=True).stdout
 
 
+def test_a_release_without_the_hooks_base_classes_imports_the_hook_and_keeps_it_off():
+    """torch 2.11 has no ``CustomSchedulerPass``: ``import reorder.inductor`` raised ImportError there; now it
+    imports, and ``use()`` runs stock with one line naming the missing class, even with REORDER_ANY_TORCH=1."""
+    older = ("import torch, torch._inductor.codecache, torch._inductor.choices; torch.__version__ = '2.11.0+cu130'; "
+             "import torch._inductor.custom_graph_pass as c; del c.CustomSchedulerPass; ")
+    script = older + ("import reorder.inductor as hook\n"
+                      "with hook.use(memory_budget=0.5) as session:\n"
+                      "    f = torch.compile(lambda x: (x.sin() + 1).cos())\n"
+                      "    x = torch.randn(8)\n"
+                      "    torch.testing.assert_close(f(x), (x.sin() + 1).cos())\n"
+                      "print(session.summary())")
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env={**os.environ, "REORDER_ANY_TORCH": "1"}, timeout=300)
+    refusal = ("the Inductor hook is off: torch 2.11.0+cu130 has no CustomSchedulerPass, which the hook plugs into; "
+               "torch.compile runs as stock. Install one of 2.13, 2.14, 2.15")
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == f"fallback (install) in every graph: {refusal}"
+
+
 def strip_version(figures: dict) -> dict:
     return {name: {key: value for key, value in record.items() if key != "torch_version"}
             for name, record in figures.items()}

@@ -1,7 +1,7 @@
 """``python -m benchmarks.real.budget``: a memory budget on every training row, ours against Inductor's, measured.
 
     python -m benchmarks.real.budget [--models A,B] [--points 5] [--rounds 21] [--again] [--report-only]
-                                     [--refresh-records]
+                                     [--refresh-records] [--device cpu|cuda]
 
 For each training row of the real-model benchmark (bench size), in one process:
 
@@ -25,6 +25,13 @@ section of docs/real-models.md and one plot per model come from the cache
 (:mod:`benchmarks.real.budget_report`). Under another torch release than the report's, rows go to
 ``budget-torch<release>/`` instead, and the report sets them beside its own
 (:mod:`benchmarks.real.release_report`).
+
+``--device cuda`` runs the same rows on the GPU: the model and its inputs move there after the float64
+reference is computed on the CPU, each step synchronises before its time is taken, and each variant's real peak
+is read twice, from the profiler's CUDA memory events and from ``torch.cuda.max_memory_allocated`` /
+``max_memory_reserved`` over the same step (the caching allocator's view, what ``nvidia-smi`` would show).
+Those rows go to ``budget-cuda-torch<release>/``; the report's table of them is
+:func:`benchmarks.real.budget_report.cuda_table`.
 """
 
 from __future__ import annotations
@@ -38,16 +45,17 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
 
-from reorder.inductor.releases import installed_version
+from reorder.inductor.releases import installed_version, running_release
 from reorder.inductor.session import PartitionRecord
 from reorder.measure import measure
 
 from ..variants import Variant, functorch, hooked, load_records, records_json
-from .budget_report import BUDGETS
+from .budget_report import BUDGETS, cuda_table
 from .models import BATCH, MODELS, build, parameter_bytes
 from .tables import RESULTS, release_folder
 from .run import as_accurate, difference, float64_reference, step_function, tensors
@@ -107,7 +115,21 @@ class _Prepared:
     records: list
 
 
-def _prepare(base, inputs: dict, kind: str, fraction: float | None, variant: Variant) -> _Prepared:
+def results_folder(device: str = "cpu") -> Path:
+    """Where the rows measured on ``device`` under the running torch release are cached: the report's own
+    folder on the CPU under its release; ``budget-cuda-torch<release>`` on a GPU."""
+    if device == "cpu":
+        return RESULTS / release_folder("budget")
+    return RESULTS / f"budget-{device}-torch{running_release()}"
+
+
+def _synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _prepare(base, inputs: dict, kind: str, fraction: float | None, variant: Variant,
+             device: str = "cpu") -> _Prepared:
     model = copy.deepcopy(base)
     fn = variant.compile(step_function(model, "train"), own_cache=True)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
@@ -116,6 +138,7 @@ def _prepare(base, inputs: dict, kind: str, fraction: float | None, variant: Var
         loss = fn(inputs)
         loss.backward()
         optimizer.step()
+        _synchronize(device)
         return loss.detach()
 
     def reset():
@@ -125,8 +148,8 @@ def _prepare(base, inputs: dict, kind: str, fraction: float | None, variant: Var
     t0 = time.perf_counter()
     with variant.enter(True) as session:
         loss = step()
-        checked = [t.detach().clone() for t in tensors(loss)] + [p.grad.clone() for p in model.parameters()
-                                                                  if p.grad is not None]
+        checked = [t.detach().cpu().clone() for t in tensors(loss)] + [
+            p.grad.cpu().clone() for p in model.parameters() if p.grad is not None]
         reset()
         step()  # a second step may still compile: inside the context too
     seconds = time.perf_counter() - t0
@@ -140,8 +163,8 @@ def _compiles() -> int:
     return counters["stats"]["unique_graphs"]
 
 
-def run_row(name: str, size: str = "bench", points: int = POINTS, rounds: int = ROUNDS) -> dict:
-    """Every budget variant of ``name``'s training step side by side (see the module docstring)."""
+def run_row(name: str, size: str = "bench", points: int = POINTS, rounds: int = ROUNDS, device: str = "cpu") -> dict:
+    """Every budget variant of ``name``'s training step side by side on ``device`` (see the module docstring)."""
     from torch._dynamo import config as dynamo_config
     from torch._inductor import config
 
@@ -149,16 +172,20 @@ def run_row(name: str, size: str = "bench", points: int = POINTS, rounds: int = 
     dynamo_config.recompile_limit = dynamo_config.accumulated_recompile_limit = 1024  # every variant compiles anew
     base, inputs = build(name, size, "train")
     reference = float64_reference(base, inputs)
+    base = base.to(device)
+    inputs = {k: v.to(device) for k, v in inputs.items()}
     torch._dynamo.reset()
-    first = _prepare(base, inputs, "ours", 1.0, ours(1.0))
+    first = _prepare(base, inputs, "ours", 1.0, ours(1.0), device)
     fractions = fractions_for(load_records({"records": first.records}), points)
-    prepared = [_prepare(base, inputs, kind, f, v) if v.name != first.variant.name else first
+    prepared = [_prepare(base, inputs, kind, f, v, device) if v.name != first.variant.name else first
                 for kind, f, v in variants_for(fractions)]
     compiled = _compiles()
     peaks = {}
     for p in prepared:
         gc.collect()
-        m = measure(p.step, "cpu")
+        if device == "cuda":
+            torch.cuda.empty_cache()  # the reserved peak then counts the segments this step makes the cache hold
+        m = measure(p.step, device)
         p.reset()
         peaks[p.variant.name] = m
     times: dict[str, list[float]] = {p.variant.name: [] for p in prepared}
@@ -169,7 +196,8 @@ def run_row(name: str, size: str = "bench", points: int = POINTS, rounds: int = 
             p.step()
             times[p.variant.name].append(time.perf_counter() - t0)
     stock = prepared[0]
-    row = {"model": name, "size": size, "mode": "train", "batch": BATCH, "parameter_bytes": parameter_bytes(base),
+    row = {"model": name, "size": size, "mode": "train", "device": device, "batch": BATCH,
+           "gpu": torch.cuda.get_device_name() if device == "cuda" else None, "parameter_bytes": parameter_bytes(base),
            "fractions": fractions, "rounds": rounds, "compiles_after_context": _compiles() - compiled,
            "variants": {}}
     for p in prepared:
@@ -179,6 +207,7 @@ def run_row(name: str, size: str = "bench", points: int = POINTS, rounds: int = 
         row["variants"][p.variant.name] = {
             "kind": p.kind, "fraction": p.fraction, "description": p.variant.description,
             "real_peak": m.peak, "held_at_backward": m.held_at_backward, "peak_composition": m.peak_composition,
+            "cuda": m.cuda,
             "step_seconds": step_seconds, "step_times": times[p.variant.name],
             "compile_seconds": max(0.0, p.first_two_seconds - 2 * step_seconds),
             "difference_to_stock": difference(p.checked, stock.checked),
@@ -233,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds of alternating steps per row")
     parser.add_argument("--again", action="store_true", help="rerun rows that are cached")
     parser.add_argument("--report-only", action="store_true", help="only rebuild the report from the cache")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the steps run (cuda: rows beside the report's, with the allocator's peaks)")
     parser.add_argument("--refresh-records", action="store_true",
                         help="compile our variants of cached rows again and take their new records where the same "
                              "program ran (same plan, same real peak); the others are listed for --again")
@@ -241,8 +272,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         parser.error(f"unknown models {unknown}; known: {', '.join(MODELS)}")
-    folder = RESULTS / release_folder("budget")  # the report's rows, or beside them another release's
+    folder = results_folder(args.device)  # the report's rows, or beside them another release's or device's
     folder.mkdir(parents=True, exist_ok=True)
+    if args.device != "cpu" and args.refresh_records:
+        parser.error("--refresh-records compares with the report's CPU rows: leave --device out")
     if args.refresh_records:
         for k, model in enumerate(models, 1):
             if (folder / f"{model}.json").exists():
@@ -257,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             print(f"[{k}/{len(models)}] {model} ...", file=sys.stderr, flush=True)
             t0 = time.perf_counter()
-            row = run_row(model, points=args.points, rounds=args.rounds)
+            row = run_row(model, points=args.points, rounds=args.rounds, device=args.device)
             row["seconds"] = time.perf_counter() - t0
             row["torch"] = installed_version()
             path.write_text(json.dumps(row) + "\n")
@@ -270,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     write_report(RESULTS / "bench")
     if folder == BUDGETS:
         write_between_markers("budget-table", inductor_table())
+    write_between_markers("budget-cuda-table", cuda_table())
     return 0
 
 

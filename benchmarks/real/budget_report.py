@@ -35,7 +35,8 @@ from reorder.inductor.session import PartitionRecord
 from ..variants import load_records
 from .tables import IMAGES, RESULTS, Column, cached_rows, left, markdown
 
-__all__ = ["BudgetRow", "budget_row", "budget_rows", "budget_section", "inductor_table", "plot_budget", "step_figures"]
+__all__ = ["BudgetRow", "budget_row", "budget_rows", "budget_section", "cuda_table", "inductor_table", "plot_budget",
+           "step_figures"]
 
 BUDGETS = RESULTS / "budget"
 
@@ -308,6 +309,47 @@ def inductor_table(folder: Path = BUDGETS) -> list[str]:
             "step times and a plot): the training step of every bench-size row, real peaks from the allocator's "
             "events, ours and Inductor's `activation_memory_budget` at the same fractions, side by side in one "
             "process.", "", *markdown(SUMMARY, rows)] if rows else []
+
+
+def _allocator(v: dict, key: str) -> int | None:
+    return (v.get("cuda") or {}).get(key)
+
+
+def cuda_table(folders: list[Path] | None = None) -> list[str]:
+    """The table docs/measured.md shows for the rows measured on a GPU (``--device cuda``, every
+    ``budget-cuda-torch<release>`` folder): per row, stock's, ours at 1.0 and at our lowest fraction, and Inductor's
+    at that fraction and at its lowest, each as ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved``
+    over one step (MB), with the median step time."""
+    lines = []
+    for folder in sorted(RESULTS.glob("budget-cuda-torch*")) if folders is None else folders:
+        for row in cached_rows(folder):
+            variants = row["variants"]
+            stock = variants["stock"]
+            ours = sorted((v for v in variants.values() if v["kind"] == "ours"), key=lambda v: -v["fraction"])
+            inductor = [v for v in variants.values() if v["kind"] == "inductor"]
+            lowest = min(ours, key=lambda v: (v["real_peak"], v["step_seconds"]))
+            same = next((v for v in inductor if v["fraction"] == lowest["fraction"]), None)
+            theirs = min(inductor, key=lambda v: v["real_peak"], default=None)
+
+            def cell(v: dict | None) -> str:
+                if v is None:
+                    return ""
+                allocated, reserved = _allocator(v, "max_memory_allocated"), _allocator(v, "max_memory_reserved")
+                change = f" ({allocated / _allocator(stock, 'max_memory_allocated') - 1:+.1%})" if v is not stock else ""
+                return f"{_mb(allocated)} / {_mb(reserved)}{change}, {_ms(v['step_seconds'])} ms"
+
+            lines.append([row["model"], f"{row.get('gpu')}, torch {row['torch']}", cell(stock), cell(ours[0]),
+                          f"{lowest['fraction']:g}: {cell(lowest)}", cell(same),
+                          "" if theirs is None else f"{theirs['fraction']:g}: {cell(theirs)}"])
+    if not lines:
+        return []
+    head = ["model", "GPU, torch", "stock", "ours 1.0", "ours lowest", "Inductor's at that fraction",
+            "Inductor's lowest"]
+    return ["Measured with `python -m benchmarks.real.budget --device cuda` (fewer points and rounds than the CPU "
+            "rows; see each row's JSON): each cell is `torch.cuda.max_memory_allocated` / `max_memory_reserved` "
+            "over one training step in MB (the change of the allocated peak against stock's), and the median step "
+            "time.", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+            *("| " + " | ".join(cells) + " |" for cells in lines)]
 
 
 def budget_section(folder: Path = BUDGETS) -> list[str]:

@@ -58,6 +58,7 @@ from .adapter import graph_being_compiled
 from .compiled_budget import RegionPlan, expect_region
 from .joint_adapter import inputs_not_channels_last, recompute_policy, saved_names, step_graph_from_joint
 from .rewrites import applies
+from .releases import hook_base
 from .scratch import probe_of
 from .session import FallbackRecord, PartitionRecord, Session, SessionBound, source_hash
 
@@ -71,13 +72,7 @@ log = logging.getLogger("reorder")
 INDUCTOR_BUDGETS: tuple[float, ...] = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
 
 
-def _custom_partitioner_base():
-    from torch._inductor.custom_graph_pass import CustomPartitionerFn
-
-    return CustomPartitionerFn
-
-
-class BudgetPartitioner(_custom_partitioner_base(), SessionBound):
+class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
     """Inductor's partitioner hook: the cheapest partition whose estimated step peak fits ``memory_budget``.
 
     Holds its session's token, not the session (Inductor deep-copies and

@@ -18,12 +18,15 @@ import logging
 import os
 import re
 
-__all__ = ["SUPPORTED_RELEASES", "hook_refusal", "installed_version", "running_release"]
+__all__ = ["SUPPORTED_RELEASES", "hook_base", "hook_refusal", "installed_version", "running_release"]
 
 log = logging.getLogger("reorder")
 
 #: The torch releases (major.minor) the hook is tested with, oldest first.
 SUPPORTED_RELEASES: tuple[str, ...] = ("2.13", "2.14", "2.15")
+
+#: Inductor's classes the hook's passes derive from (``torch._inductor.custom_graph_pass``).
+HOOK_BASES: tuple[str, ...] = ("CustomSchedulerPass", "CustomPartitionerFn")
 
 #: The environment variable that switches the hook on under an unsupported release.
 ANY_TORCH_VARIABLE = "REORDER_ANY_TORCH"
@@ -46,6 +49,10 @@ def hook_refusal(version: str | None = None) -> str | None:
     call) that it is untested there.
     """
     shown = installed_version() if version is None else version
+    missing = [name for name in HOOK_BASES if version is None and not _has_base(name)]
+    if missing:
+        return (f"the Inductor hook is off: torch {shown} has no {' or '.join(missing)}, which the hook plugs "
+                f"into; torch.compile runs as stock. Install one of {', '.join(SUPPORTED_RELEASES)}")
     if running_release(shown) in SUPPORTED_RELEASES:
         return None
     supported = ", ".join(SUPPORTED_RELEASES)
@@ -62,3 +69,20 @@ def installed_version() -> str:
     import torch
 
     return str(torch.__version__)
+
+
+def hook_base(name: str) -> type:
+    """Inductor's base class ``torch._inductor.custom_graph_pass.<name>`` for one of the hook's classes, or
+    an empty stand-in under a release that has none (``CustomSchedulerPass`` is newer than torch 2.11):
+    ``import reorder.inductor`` then still works, and :func:`hook_refusal` keeps the hook off there, so the
+    class is never handed to Inductor."""
+    from torch._inductor import custom_graph_pass
+
+    return getattr(custom_graph_pass, name, None) or type(name, (), {"__doc__": f"torch {installed_version()} "
+                                                                                 f"has no {name}"})
+
+
+def _has_base(name: str) -> bool:
+    from torch._inductor import custom_graph_pass
+
+    return hasattr(custom_graph_pass, name)

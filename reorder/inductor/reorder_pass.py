@@ -37,17 +37,12 @@ from .adapter import freed_tangents, fx_graph_cache_hits, graph_being_compiled, 
 from .capture import write_capture
 from .compiled_budget import model_of_nodes, note_model, owned_copies
 from .figures import INDUCTOR_METHODS, inductor_figures
+from .releases import hook_base
 from .session import FallbackRecord, HookOptions, OrderRecord, Session, SessionBound, source_hash
 
 __all__ = ["OrderChoice", "ReorderPass", "choose_order", "compiling_session"]
 
 log = logging.getLogger("reorder")
-
-
-def _custom_scheduler_pass_base():
-    from torch._inductor.custom_graph_pass import CustomSchedulerPass
-
-    return CustomSchedulerPass
 
 
 def inductor_reorder(nodes: list) -> list:
@@ -62,7 +57,7 @@ def inductor_reorder(nodes: list) -> list:
                                           OrderedSet(V.graph.get_output_names()))
 
 
-class ReorderPass(_custom_scheduler_pass_base(), SessionBound):
+class ReorderPass(hook_base("CustomSchedulerPass"), SessionBound):
     """Inductor post-fusion pass: the scheduler's nodes in the order with the lowest peak memory.
 
     Parameters
