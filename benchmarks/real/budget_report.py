@@ -266,7 +266,8 @@ def _against(ours: Point | None, theirs: Point | None) -> str:
     return f"{ours.fraction:g} ({time_ratio(ours, theirs):.2f}x)" if ours else "**none**"
 
 
-def plot_budget(row: BudgetRow, path: Path) -> bool:
+def plot_budget(row: BudgetRow, path: Path,
+                xlabel: str = "median step time (ms), alternating in one process") -> bool:
     """Real peak against step time, ours and Inductor's, each point labelled with its fraction; False without
     matplotlib."""
     try:
@@ -286,7 +287,7 @@ def plot_budget(row: BudgetRow, path: Path) -> bool:
             ax.annotate(f"{p.fraction:g}", (p.step_seconds * 1e3, p.real_peak / 1e6), textcoords="offset points",
                         xytext=(4, 3), fontsize=7)
     ax.plot([row.stock.step_seconds * 1e3], [row.stock.real_peak / 1e6], "k*", markersize=10, label="stock")
-    ax.set_xlabel("median step time (ms), alternating in one process")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("real peak (MB above the step's start)")
     ax.set_title(f"{row.model}: training step under a memory budget", fontsize=9)
     ax.legend(fontsize=7)

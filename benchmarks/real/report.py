@@ -25,6 +25,7 @@ from reorder.inductor.session import FallbackRecord, GuardRecord, OrderRecord, S
 
 from ..variants import load_records
 from .budget_report import budget_section
+from .wild_report import wild_section
 from .dynamic_report import dynamic_section
 from .release_report import releases_section
 from .tables import DOC, GAP, GRAPHS, IMAGES, ROOT, Column, cached_rows, largest_estimate, left, markdown, records_of
@@ -460,6 +461,7 @@ def write_report(folder: Path) -> None:
         "Inductor as the baseline and our hook as new, both measured.",
         PR_TABLE, [r for r in records if r.model in PR_134874 and r.mode == "train"])
     lines += ["", *budget_section()]
+    lines += wild_section()
     lines += ["## Where real memory and the estimate differ by more than 5%", ""]
     for row, s in zip(rows, records, strict=True):
         parts = composition(row)

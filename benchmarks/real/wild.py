@@ -1,0 +1,142 @@
+"""``python -m benchmarks.real.wild``: the memory budget where people train, each variant in a fresh process.
+
+    python -m benchmarks.real.wild [--rows whole,per-layer,...] [--variants stock,budget:0.5,...] [--again]
+                                   [--report-only] [--layers 4] [--hidden 256] [--seq 128] [--batch 4]
+
+Each row (:data:`benchmarks.real.wild_step.ROWS`) is a Llama-style decoder's training step written one way
+people write it: compiled whole, per layer, per layer under FSDP2 on two ranks, under autocast, with Hugging
+Face's gradient checkpointing, with ``dynamic=True`` at three sequence lengths, with the loss computed eagerly.
+Each variant (:data:`VARIANTS`: stock, ours at five fractions, Inductor's ``activation_memory_budget`` at 0.9,
+0.8, ..., 0.1 and 0.0) runs in a process of its own (:mod:`benchmarks.real.wild_step`) with Inductor's caches
+off: its compile seconds are a fresh process's, its real peak is one step's, measured by the allocator's
+events, and its step time the median of steady steps. The first step's loss and gradients are checked against
+stock's by PyTorch's accuracy rule (:func:`benchmarks.real.run.as_accurate`, a float64 eager run of the same
+step as the reference; the FSDP row, whose gradients are rank 0's shards, by the largest relative difference).
+
+Variants are cached one by one in ``benchmarks/real/results/wild/<row>.json`` (an interrupted run goes on where
+it stopped; ``--again`` measures every variant anew); the report's section and one plot per row come from the
+cache (:mod:`benchmarks.real.wild_report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from .run import as_accurate, difference, tensors
+from .tables import RESULTS
+from .wild_step import ROWS, build, parser as step_parser, step_function, token_batches
+
+__all__ = ["OURS", "INDUCTORS", "VARIANTS", "WILD", "main", "run_variant"]
+
+WILD = RESULTS / "wild"
+
+#: Our fractions (0.1 asks for less than most steps reach: the lowest partition found) and Inductor's.
+OURS = (1.0, 0.8, 0.5, 0.3, 0.1)
+INDUCTORS = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)
+VARIANTS = ("stock", *(f"budget:{f:g}" for f in OURS), *(f"inductor-budget:{f:g}" for f in INDUCTORS))
+
+#: Seconds a variant may run before it counts as failed (two ranks compile for the FSDP row).
+TIMEOUT = 1800
+
+
+def float64_reference(row: str, sizes: list[str]) -> list[torch.Tensor]:
+    """The row's first step computed eagerly in float64: its loss and every gradient, in a variant's order."""
+    args = step_parser().parse_args(["--row", row, "--variant", "stock", *sizes])
+    model = build(args).double()
+    loss = step_function(model, args, compiled=False)(token_batches(args)[0])
+    loss.backward()
+    return [loss.detach(), *(p.grad for p in model.parameters() if p.grad is not None)]
+
+
+def run_variant(row: str, variant: str, sizes: list[str]) -> tuple[dict, list[torch.Tensor]]:
+    """One variant of ``row`` in a fresh process: its result (or ``{"error": ...}``) and its first step's loss
+    and gradients."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out, saved = Path(tmp) / "result.json", Path(tmp) / "tensors.pt"
+        command = [sys.executable, "-m", "benchmarks.real.wild_step", "--row", row, "--variant", variant,
+                   "--out", str(out), "--tensors", str(saved), *sizes]
+        t0 = time.perf_counter()
+        try:
+            ran = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            return {"variant": variant, "error": f"ran past {TIMEOUT} s"}, []
+        if ran.returncode != 0 or not out.exists():
+            lines = [line for line in ran.stderr.splitlines() if line.strip()]
+            return {"variant": variant, "error": lines[-1] if lines else f"exit status {ran.returncode}"}, []
+        result = json.loads(out.read_text())
+        result["process_seconds"] = time.perf_counter() - t0
+        return result, torch.load(saved, weights_only=True)
+
+
+def measure_row(row: str, variants: list[str], sizes: list[str], again: bool, progress) -> dict:
+    """Every variant of ``row`` not yet cached (all with ``again``), each cached as soon as it ran. Stock runs
+    first whenever another variant does: its loss and gradients are what the others are checked against."""
+    path = WILD / f"{row}.json"
+    cached = json.loads(path.read_text()) if path.exists() and not again else {}
+    data = {"row": row, "description": ROWS[row], "sizes": sizes, "torch": torch.__version__,
+            "variants": cached.get("variants", {}) if cached.get("sizes") == sizes else {}}
+    missing = [v for v in variants if v not in data["variants"]]
+    if not missing:
+        return data
+    reference = None if row == "fsdp" else float64_reference(row, sizes)
+    stock_tensors: list[torch.Tensor] = []
+    for variant in ["stock", *(v for v in missing if v != "stock")]:
+        progress(f"{row}: {variant} ...")
+        result, checked = run_variant(row, variant, sizes)
+        if variant == "stock":
+            stock_tensors = checked
+        elif checked and stock_tensors:
+            result["difference_to_stock"] = difference(checked, stock_tensors)
+            accuracy = None if reference is None else as_accurate(checked, stock_tensors, reference)
+            result["as_accurate_as_stock"] = accuracy and accuracy[0]
+            result["error_to_stocks"] = accuracy and accuracy[1]
+        data["variants"][variant] = result
+        progress(f"    {result['error'] if 'error' in result else format(result['real_peak'], ',') + ' B'}, "
+                 f"{result.get('process_seconds', 0):.0f} s")
+        WILD.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data) + "\n")
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.real.wild", description=__doc__.splitlines()[0])
+    p.add_argument("--rows", help=f"comma-separated (default: all of {', '.join(ROWS)})")
+    p.add_argument("--variants", help="comma-separated variants of reorder compare (default: stock, ours at "
+                                      f"{', '.join(f'{f:g}' for f in OURS)}, Inductor's at 0.9 ... 0.0)")
+    p.add_argument("--again", action="store_true", help="measure cached variants again")
+    p.add_argument("--report-only", action="store_true", help="only rebuild the report from the cache")
+    for name, default in (("layers", 4), ("hidden", 256), ("seq", 128), ("batch", 4), ("vocab", 2048)):
+        p.add_argument(f"--{name}", type=int, default=default)
+    args = p.parse_args(argv)
+    rows = args.rows.split(",") if args.rows else list(ROWS)
+    unknown = [r for r in rows if r not in ROWS]
+    if unknown:
+        p.error(f"unknown rows {unknown}; known: {', '.join(ROWS)}")
+    variants = args.variants.split(",") if args.variants else list(VARIANTS)
+    from reorder.compare import parse_variants
+    from reorder.errors import ReorderError
+
+    try:
+        parse_variants(variants)
+    except ReorderError as exc:
+        p.error(str(exc))
+    sizes = [f"--{name}={getattr(args, name)}" for name in ("layers", "hidden", "seq", "batch", "vocab")]
+    if not args.report_only:
+        for row in rows:
+            measure_row(row, variants, sizes, args.again, lambda text: print(text, file=sys.stderr, flush=True))
+    from .report import write_report
+
+    write_report(RESULTS / "bench")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

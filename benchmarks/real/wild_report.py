@@ -1,0 +1,221 @@
+"""The report's "how people train" section, from the rows :mod:`benchmarks.real.wild` cached.
+
+Per row: stock's real peak, ours at 1.0 and at its lowest, Inductor's lowest, and the checks the section states
+(every Inductor point matched by one of ours at or below its real peak with a step at most 5% slower; our lowest
+at or below Inductor's lowest; compile seconds in fresh processes against stock's; no fallback; verdicts that
+agree with the meter); one table line per variant and a plot per row (:func:`benchmarks.real.budget_report.
+plot_budget`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .budget_report import OVER_BUDGET, SLOWER, Point, BudgetRow, plot_budget
+from .tables import IMAGES, RESULTS, Column, left, markdown
+
+__all__ = ["WildRow", "wild_rows", "wild_section"]
+
+WILD = RESULTS / "wild"
+
+
+@dataclass(frozen=True)
+class WildPoint:
+    """One variant of a row, run in a process of its own."""
+
+    name: str
+    kind: str
+    fraction: float | None
+    real_peak: int | None
+    step_seconds: float | None
+    compile_seconds: float | None
+    error: str | None
+    fallbacks: tuple[str, ...]
+    budget_bytes: int | None
+    estimate_said_met: bool | None
+    peaks: tuple[tuple[int, int], ...]
+    difference_to_stock: float | None
+    as_accurate_as_stock: bool | None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def verdict_agrees(self) -> bool | None:
+        """The records' verdict before the meter ran (the compiled graphs' estimate) against the measured step:
+        met within 2% above the budget, or not met and not 2% below it. None without a budget's records."""
+        if self.budget_bytes is None or self.estimate_said_met is None or self.real_peak is None:
+            return None
+        if self.estimate_said_met:
+            return self.real_peak <= self.budget_bytes * (1 + OVER_BUDGET)
+        return self.real_peak >= self.budget_bytes * (1 - OVER_BUDGET)
+
+
+def _variant(name: str, v: dict) -> WildPoint:
+    kind, fraction = ("stock", None) if name == "stock" else (
+        ("inductor", float(name.split(":")[1])) if name.startswith("inductor-budget:") else
+        ("ours", float(name.split(":")[1])))
+    partitions = [r for r in v.get("records", ()) if r.get("kind") == "partition"]
+    estimates = v.get("estimate_feasible") or []
+    return WildPoint(name, kind, fraction, v.get("real_peak"), v.get("step_seconds"), v.get("compile_seconds"),
+                   v.get("error"), tuple(v.get("fallbacks", ())),
+                   max((r["budget_bytes"] for r in partitions if r.get("budget_bytes")), default=None),
+                   all(estimates) if estimates else None,
+                   tuple((p["seq"], p["real_peak"]) for p in v.get("peaks", ())),
+                   v.get("difference_to_stock"), v.get("as_accurate_as_stock"))
+
+
+@dataclass(frozen=True)
+class WildRow:
+    """One row: stock, our points and Inductor's, each from a process of its own."""
+
+    row: str
+    description: str
+    stock: WildPoint
+    ours: tuple[WildPoint, ...]
+    inductor: tuple[WildPoint, ...]
+
+    @property
+    def ran(self) -> list[WildPoint]:
+        return [v for v in (self.stock, *self.ours, *self.inductor) if v.ok]
+
+    @property
+    def lowest(self) -> WildPoint | None:
+        return min((v for v in self.ours if v.ok), key=lambda v: (v.real_peak, v.step_seconds), default=None)
+
+    @property
+    def inductor_lowest(self) -> WildPoint | None:
+        return min((v for v in self.inductor if v.ok), key=lambda v: (v.real_peak, v.step_seconds), default=None)
+
+    def match(self, theirs: WildPoint) -> WildPoint | None:
+        """Our point at or below ``theirs``'s real peak with a step at most 5% slower (the fastest such)."""
+        return min((v for v in self.ours if v.ok and v.real_peak <= theirs.real_peak
+                    and v.step_seconds <= theirs.step_seconds * (1 + SLOWER)),
+                   key=lambda v: v.step_seconds, default=None)
+
+    @property
+    def matched(self) -> tuple[int, int]:
+        theirs = [v for v in self.inductor if v.ok]
+        return sum(1 for v in theirs if self.match(v) is not None), len(theirs)
+
+    @property
+    def saving(self) -> float | None:
+        low = self.lowest
+        return None if low is None or not self.stock.ok else 1 - low.real_peak / self.stock.real_peak
+
+    @property
+    def compile_extra(self) -> float | None:
+        """The most any of our points adds to stock's compile seconds, relative to them."""
+        ours = [v.compile_seconds for v in self.ours if v.ok]
+        if not ours or not self.stock.ok or not self.stock.compile_seconds:
+            return None
+        return max(ours) / self.stock.compile_seconds - 1
+
+    @property
+    def fallbacks(self) -> int:
+        return sum(len(v.fallbacks) for v in self.ours)
+
+    @property
+    def verdicts_agree(self) -> tuple[int, int]:
+        judged = [v.verdict_agrees for v in self.ours if v.verdict_agrees is not None]
+        return sum(judged), len(judged)
+
+
+def wild_row(data: dict) -> WildRow:
+    variants = [_variant(name, v) for name, v in data["variants"].items()]
+    by_fraction = lambda v: -v.fraction  # noqa: E731
+    stock = next((v for v in variants if v.kind == "stock"), None) or _variant("stock", {"error": "not run"})
+    return WildRow(data["row"], data["description"], stock,
+                   tuple(sorted((v for v in variants if v.kind == "ours"), key=by_fraction)),
+                   tuple(sorted((v for v in variants if v.kind == "inductor"), key=by_fraction)))
+
+
+def wild_rows(folder: Path = WILD) -> list[WildRow]:
+    from .wild_step import ROWS
+
+    paths = [folder / f"{row}.json" for row in ROWS]
+    return [wild_row(json.loads(p.read_text())) for p in paths if p.exists()]
+
+
+def _mb(n: int | None) -> str:
+    return "" if n is None else f"{n / 1e6:.2f}"
+
+
+def _point(v: WildPoint | None) -> str:
+    return "" if v is None else f"{_mb(v.real_peak)} ({v.fraction:g})"
+
+
+def _ratio(pair: tuple[int, int]) -> str:
+    done, of = pair
+    return f"{done}/{of}" if done == of else f"**{done}/{of}**"
+
+
+SUMMARY = (left("row", lambda r: r.row), Column("stock MB", lambda r: r.stock.real_peak, _mb),
+           Column("ours 1.0 MB", lambda r: next((v.real_peak for v in r.ours if v.fraction == 1.0 and v.ok), None),
+                  _mb),
+           Column("ours lowest MB (fraction)", lambda r: r.lowest, _point),
+           Column("below stock", lambda r: r.saving, lambda x: "" if x is None else f"{x:.1%}"),
+           Column("Inductor's lowest MB (fraction)", lambda r: r.inductor_lowest, _point),
+           Column("Inductor points matched", lambda r: r.matched, _ratio),
+           Column("lowest <= Inductor's", lambda r: (r.lowest, r.inductor_lowest),
+                  lambda p: "" if None in p else ("yes" if p[0].real_peak <= p[1].real_peak else "**no**")),
+           Column("stock compile s", lambda r: r.stock.compile_seconds, lambda s: "" if s is None else f"{s:.1f}"),
+           Column("ours' compile extra", lambda r: r.compile_extra, lambda x: "" if x is None else f"{x:+.0%}"),
+           Column("fallbacks", lambda r: r.fallbacks, str),
+           Column("verdicts agree", lambda r: r.verdicts_agree, _ratio))
+
+
+def _detail(row: WildRow) -> list[str]:
+    lines = [f"**{row.row}**: {row.description}.", "", "| variant | real peak MB | step ms | compile s | "
+             "estimate said | difference to stock | as accurate | matches |", "|---|---:|---:|---:|---|---:|---|---|"]
+    for v in (row.stock, *row.ours, *row.inductor):
+        if not v.ok:
+            lines.append(f"| {v.name} | failed: {v.error} | | | | | | |")
+            continue
+        peaks = " / ".join(_mb(p) for _, p in v.peaks) if len(v.peaks) > 1 else _mb(v.real_peak)
+        said = "" if v.estimate_said_met is None else ("met" if v.estimate_said_met else "not met")
+        match = row.match(v) if v.kind == "inductor" else None
+        lines.append(f"| {v.name} | {peaks} | {v.step_seconds * 1e3:.1f} | {v.compile_seconds:.1f} | {said} | "
+                     f"{'' if v.difference_to_stock is None else f'{v.difference_to_stock:.1e}'} | "
+                     f"{'' if v.as_accurate_as_stock is None else ('yes' if v.as_accurate_as_stock else '**no**')} | "
+                     f"{'' if v.kind != 'inductor' else (match.name if match else '**none**')} |")
+    return lines + [""]
+
+
+def plot_wild(row: WildRow, path: Path) -> bool:
+    """The row's real peaks against step time (fresh processes), ours and Inductor's labelled by fraction."""
+    def point(v: WildPoint) -> Point:
+        return Point(v.name, v.kind, v.fraction, v.real_peak, v.step_seconds, v.difference_to_stock)
+
+    ok = lambda vs: tuple(point(v) for v in vs if v.ok)  # noqa: E731
+    if not row.stock.ok:
+        return False
+    return plot_budget(BudgetRow(f"{row.row} decoder", point(row.stock), ok(row.ours), ok(row.inductor), 0), path,
+                       xlabel="median step time (ms), each variant in a fresh process")
+
+
+def wild_section(folder: Path = WILD) -> list[str]:
+    """The report's "how people train" section (empty without cached rows)."""
+    rows = wild_rows(folder)
+    if not rows:
+        return []
+    sizes = " ".join(json.loads((folder / f"{rows[0].row}.json").read_text())["sizes"])
+    lines = ["## How people train", "",
+             f"Generated by `python -m benchmarks.real.wild` (a Llama-style decoder from its `transformers` config, "
+             f"`{sizes}`, CPU). Each variant ran in a fresh process with Inductor's caches off: compile seconds are "
+             "the first step's minus a steady step's, the real peak is one step's (the allocator's events; at each "
+             "sequence length for the dynamic row), step times the median of five steady steps. `Inductor points "
+             "matched`: for how many of Inductor's `activation_memory_budget` points one of ours has a real peak "
+             "at or below it with a step at most 5% slower (step times of separate processes: noisier than the "
+             "budget section's alternation); `verdicts agree`: our records' verdict from the compiled graphs' "
+             "estimate, before anything ran, against the measured step (met: at most 2% above the budget; not met: "
+             "at least 2% below it is a disagreement).", "", *markdown(SUMMARY, rows), ""]
+    for row in rows:
+        lines += _detail(row)
+        path = IMAGES / f"wild-{row.row}.png"
+        if plot_wild(row, path):
+            lines += [f"![{row.row}](img/real/{path.name})", ""]
+    return lines

@@ -1,0 +1,247 @@
+"""One training step written the way people write it, under one variant, in this process: the child of
+:mod:`benchmarks.real.wild`.
+
+    python -m benchmarks.real.wild_step --row ROW --variant SPEC --out RESULT.json [--tensors FILE.pt]
+                                        [--layers 4] [--hidden 256] [--seq 128] [--batch 4] [--vocab 2048]
+
+A Llama-style decoder built from its ``transformers`` config (seeded random weights, nothing downloaded) trains
+with SGD; ``ROW`` says how the step is written (:data:`ROWS`); ``SPEC`` is a variant of ``reorder compare``
+(``stock``, ``budget:0.5``, ``inductor-budget:0.3``, :class:`reorder.compare.Variant`). Inductor's caches are off,
+so the first step compiles everything. The result file holds: the compile seconds (the first step's seconds minus
+a steady step's, and Dynamo's own count), the real peak of one step measured by :func:`reorder.measure.measure`
+(the hook's session's :meth:`~reorder.inductor.Session.measure_step` for our variants, which puts the meter's
+verdict in the records; one step per sequence length for the dynamic row), the median of ``--rounds`` steady
+steps, and the records. ``--tensors``: the first step's loss and gradients are saved there (``torch.save``, read
+back with ``weights_only=True``) for the runner's accuracy check.
+
+The ``fsdp`` row runs as rank 0 of two: this process starts rank 1 (the same command with ``--rank 1``) and both
+join a gloo group on loopback; each rank shards every decoder layer and the root with ``fully_shard`` and
+compiles each layer. Rank 1 waits at most ``--timeout`` seconds for its peer, and rank 0 for rank 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+#: How each row's step is written.
+ROWS = {
+    "whole": "the model and its loss compiled whole",
+    "per-layer": "each decoder layer compiled on its own (layer.compile(), as torchtitan does)",
+    "fsdp": "per-layer compiles under FSDP2 (fully_shard per layer, 2 ranks, gloo on loopback); rank 0 measured",
+    "autocast": "compiled whole under torch.autocast(bfloat16)",
+    "checkpointed": "compiled whole with gradient_checkpointing_enable() (non-reentrant torch.utils.checkpoint)",
+    "dynamic": "compiled whole with dynamic=True, trained at three sequence lengths",
+    "eager-loss": "the model compiled, its cross-entropy loss computed eagerly after it",
+}
+
+#: The dynamic row's sequence lengths, as fractions of ``--seq``.
+DYNAMIC_LENGTHS = (0.5, 0.75, 1.0)
+
+
+def build(args):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.hidden * 8 // 3,
+                         num_hidden_layers=args.layers, num_attention_heads=max(1, args.hidden // 64),
+                         num_key_value_heads=max(1, args.hidden // 64), max_position_embeddings=max(256, args.seq))
+    model = LlamaForCausalLM(config).train()
+    if args.row == "checkpointed":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
+def token_batches(args) -> list[torch.Tensor]:
+    """The input tokens of each measured length (one for every row but ``dynamic``)."""
+    generator = torch.Generator().manual_seed(1)
+    lengths = [int(args.seq * f) for f in DYNAMIC_LENGTHS] if args.row == "dynamic" else [args.seq]
+    return [torch.randint(args.vocab, (args.batch, n + 1), generator=generator) for n in lengths]
+
+
+def step_function(model, args, compiled: bool = True):
+    """``step(tokens) -> loss`` as the row writes it (compiled where the row compiles; nothing compiled with
+    ``compiled=False``, the float64 reference's step)."""
+    from torch.nn import functional as F
+
+    compile_ = torch.compile if compiled else (lambda fn, **_: fn)
+    if args.row in ("per-layer", "fsdp"):
+        for layer in model.model.layers if compiled else ():
+            layer.compile()
+        return lambda tokens: model(input_ids=tokens[:, :-1], labels=tokens[:, :-1]).loss
+    if args.row == "eager-loss":
+        compiled_model = compile_(model)
+
+        def eager_loss(tokens):
+            logits = compiled_model(input_ids=tokens[:, :-1]).logits
+            return F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+
+        return eager_loss
+    whole = compile_(lambda tokens: model(input_ids=tokens[:, :-1], labels=tokens[:, :-1]).loss,
+                     dynamic=True if args.row == "dynamic" else None)
+    if args.row == "autocast" and compiled:  # the float64 reference runs without autocast
+        def autocast(tokens):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return whole(tokens)
+
+        return autocast
+    return whole
+
+
+def _shard(model) -> None:
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in model.model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+
+
+def _start_peer(args, port: int) -> subprocess.Popen:
+    """Rank 1: this command's row, variant and sizes, nothing written."""
+    sizes = [f"--{name}={getattr(args, name)}" for name in ("layers", "hidden", "seq", "batch", "vocab", "rounds",
+                                                              "timeout")]
+    command = [sys.executable, "-m", "benchmarks.real.wild_step", f"--row={args.row}", f"--variant={args.variant}",
+               *sizes, "--rank=1", f"--port={port}"]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _graphs_compiled() -> int:
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(args) -> dict:
+    from torch._dynamo.utils import compilation_time_metrics
+    from torch._inductor import config
+
+    from reorder.compare import Variant
+    from reorder.measure import measure
+
+    config.force_disable_caches = True
+    peer = None
+    if args.row == "fsdp":
+        import datetime
+
+        import torch.distributed as dist
+
+        if args.rank == 0:
+            args.port = _free_port()
+            peer = _start_peer(args, args.port)
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=args.rank, world_size=2,
+                                timeout=datetime.timedelta(seconds=args.timeout))
+    model = build(args)
+    if args.row == "fsdp":
+        _shard(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    loss_of = step_function(model, args)
+    batches = token_batches(args)
+
+    def step(tokens):
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_of(tokens)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    def gradients() -> list[torch.Tensor]:
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        return [g.to_local() if hasattr(g, "to_local") else g for g in grads]
+
+    result: dict = {"row": args.row, "variant": args.variant, "rank": args.rank}
+    with Variant.parse(args.variant).context() as session:
+        t0 = time.perf_counter()
+        first = step(batches[0])
+        first_seconds = time.perf_counter() - t0
+        if args.tensors:
+            torch.save([first.clone(), *(g.detach().clone() for g in gradients())], args.tensors)
+        for tokens in batches[1:]:  # the other lengths compile here (dynamic: once, for every length)
+            step(tokens)
+        steady = []
+        for _ in range(args.rounds):
+            t0 = time.perf_counter()
+            step(batches[-1])
+            steady.append(time.perf_counter() - t0)
+        estimates = [r.feasible for r in session.partitions] if session is not None else []
+        graphs_before = _graphs_compiled()
+        peaks = []
+        for tokens in batches:
+            meter = session.measure_step if session is not None else measure
+            measured = meter(lambda tokens=tokens: step(tokens), "cpu")
+            peaks.append({"seq": tokens.shape[1] - 1, "real_peak": measured.peak,
+                          "outside": sum(n for origin, n in measured.peak_composition.items()
+                                         if origin.startswith("outside compiled")),
+                          "compiled_forward_calls": sum(1 for c in measured.compiled_calls
+                                                        if not c.name.endswith("(backward)"))})
+    compiles_measured = _graphs_compiled() - graphs_before  # a compile inside a measured step counts its memory
+    step_seconds = statistics.median(steady)
+    result.update({
+        "real_peak": peaks[-1]["real_peak"], "peaks": peaks, "step_seconds": step_seconds, "step_times": steady,
+        "compile_seconds": max(0.0, first_seconds - step_seconds), "first_step_seconds": first_seconds,
+        "dynamo_compile_seconds": sum(sum(compilation_time_metrics.get(key, ())) for key in (
+            "_compile.compile_inner", "compile_fx.<locals>.bw_compiler")),
+        "loss": float(first), "fallbacks": [f"{f.stage} in {f.graph}: {f.reason}" for f in session.fallbacks]
+        if session is not None else [],
+        "estimate_feasible": estimates, "compiles_while_measured": compiles_measured,
+        "records": [r.to_dict() for r in session.records] if session is not None else [],
+    })
+    if args.row == "fsdp":
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+        if peer is not None:
+            try:
+                _, errors = peer.communicate(timeout=args.timeout)
+            except subprocess.TimeoutExpired:
+                peer.kill()
+                raise RuntimeError(f"rank 1 did not finish within {args.timeout} s") from None
+            if peer.returncode != 0:
+                raise RuntimeError(f"rank 1 failed: {errors.strip().splitlines()[-1] if errors.strip() else peer.returncode}")
+    return result
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.real.wild_step", description=__doc__.splitlines()[0])
+    p.add_argument("--row", choices=tuple(ROWS), required=True)
+    p.add_argument("--variant", required=True)
+    p.add_argument("--out", type=Path)
+    p.add_argument("--tensors", type=Path)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=2048)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rank", type=int, default=0)
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=900.0)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    os.environ["REORDER_VARIANT"] = args.variant
+    result = run(args)
+    if args.rank == 0 and args.out is not None:
+        args.out.write_text(json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
