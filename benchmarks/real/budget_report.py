@@ -33,7 +33,7 @@ from pathlib import Path
 from reorder.inductor.session import PartitionRecord
 
 from ..variants import load_records
-from .tables import IMAGES, RESULTS, Column, cached_rows, left, markdown
+from .tables import RESULTS, Column, cached_rows, details_with_plots, left, markdown
 
 __all__ = ["BudgetRow", "budget_row", "budget_rows", "budget_section", "cuda_table", "inductor_table", "plot_budget",
            "step_figures"]
@@ -377,9 +377,5 @@ def budget_section(folder: Path = BUDGETS) -> list[str]:
              "of the same step as the reference, and `error vs stock's` is the largest ratio of our root mean "
              "square error against that reference to stock's.", "",
              *markdown(SUMMARY, rows), ""]
-    for row in rows:
-        lines += _detail(row)
-        path = IMAGES / f"budget-{row.model}.png"
-        if plot_budget(row, path):
-            lines += [f"![{row.model} under a memory budget](img/real/{path.name})", ""]
-    return lines
+    return lines + details_with_plots(rows, _detail, plot_budget, lambda r: f"budget-{r.model}.png",
+                                      lambda r: f"{r.model} under a memory budget")

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 from reorder.inductor.session import OrderRecord, Record
 
-__all__ = ["DOC", "GAP", "GRAPHS", "IMAGES", "REPORT_RELEASE", "RESULTS", "ROOT", "Column", "cached_rows",
+__all__ = ["DOC", "GAP", "GRAPHS", "IMAGES", "REPORT_RELEASE", "RESULTS", "ROOT", "Column", "cached_rows", "details_with_plots",
            "largest_estimate", "left", "markdown", "records_of", "release_folder", "write_between_markers"]
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -45,6 +45,18 @@ def release_folder(size: str) -> str:
 
     release = running_release()
     return size if release == REPORT_RELEASE else f"{size}-torch{release}"
+
+
+def details_with_plots(rows: Sequence, detail: Callable[[Any], list[str]], plot: Callable[[Any, Path], bool],
+                       image: Callable[[Any], str], caption: Callable[[Any], str]) -> list[str]:
+    """Each row's detail lines, then its plot (``docs/img/real/<image(row)>``) where one was drawn."""
+    lines = []
+    for row in rows:
+        lines += detail(row)
+        path = IMAGES / image(row)
+        if plot(row, path):
+            lines += [f"![{caption(row)}](img/real/{path.name})", ""]
+    return lines
 
 
 def write_between_markers(name: str, lines: list[str], doc: Path = ROOT / "docs" / "measured.md") -> None:

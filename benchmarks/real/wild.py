@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from .run import as_accurate, difference, tensors
+from .run import as_accurate, difference
 from .tables import RESULTS
 from .wild_step import ROWS, build, parser as step_parser, step_function, token_batches
 

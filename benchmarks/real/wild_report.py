@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .budget_report import OVER_BUDGET, SLOWER, Point, BudgetRow, plot_budget
-from .tables import IMAGES, RESULTS, Column, left, markdown
+from .tables import RESULTS, Column, details_with_plots, left, markdown
 
 __all__ = ["WildRow", "wild_rows", "wild_section"]
 
@@ -213,9 +213,5 @@ def wild_section(folder: Path = WILD) -> list[str]:
              "budget section's alternation); `verdicts agree`: our records' verdict from the compiled graphs' "
              "estimate, before anything ran, against the measured step (met: at most 2% above the budget; not met: "
              "at least 2% below it is a disagreement).", "", *markdown(SUMMARY, rows), ""]
-    for row in rows:
-        lines += _detail(row)
-        path = IMAGES / f"wild-{row.row}.png"
-        if plot_wild(row, path):
-            lines += [f"![{row.row}](img/real/{path.name})", ""]
-    return lines
+    return lines + details_with_plots(rows, _detail, plot_wild, lambda r: f"wild-{r.row}.png",
+                                      lambda r: f"{r.row}: real peak against step time")
