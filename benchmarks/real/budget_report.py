@@ -87,6 +87,13 @@ class BudgetRow:
         return all(not self._above(p.real_peak, p.budget_bytes, OVER_BUDGET) for p in self.ours if p.feasible)
 
     @property
+    def verdicts_agree(self) -> bool:
+        """Every verdict agrees with the meter within 2%: called met, the real peak is at most 2% above the budget;
+        called not met, it is at least 98% of it (points without a verdict left out)."""
+        return self.within_budget and all(not self._above(p.budget_bytes * (1 - OVER_BUDGET), p.real_peak, 0)
+                                          for p in self.ours if p.feasible is False)
+
+    @property
     def full_not_above_stock(self) -> bool:
         full = next((p for p in self.ours if p.fraction == 1.0), None)
         return full is not None and full.real_peak <= self.stock.real_peak
@@ -167,13 +174,17 @@ def step_figures(partitions: list[PartitionRecord]) -> dict:
     Each region's ``peak`` already counts what earlier regions hold (``held_before``), so the step's estimated
     peak is the highest of them; a fraction's bytes are the fraction of each region's stock peak, so the step's
     are those of the region whose stock peak is highest (the step's stock estimate), the highest of them (an
-    int budget gives every region the same bytes). The step meets its budget when every region meets its own
-    (the compiled graphs' check included). The compiled graphs' estimate is the highest of the regions', where
-    every region has one."""
-    compiled = [r.compiled_peak for r in partitions]
-    return {"budget_bytes": max(r.budget_bytes for r in partitions), "estimate": max(r.peak for r in partitions),
-            "feasible": all(r.feasible for r in partitions),
-            "compiled_estimate": max(compiled) if None not in compiled else None}
+    int budget gives every region the same bytes). The step meets its budget when its highest estimate does:
+    each region's compiled graphs' estimate where they were checked, else its partition's (a region may exceed
+    its own share while the step, whose peak is another region's, stays within the step's budget, as GPT-2's
+    model region does under its loss region; the meter measures the step). That highest estimate is the step's
+    compiled estimate where any region's compiled graphs were checked (GPT-2's loss region, compiled after the
+    model's, is not: its inputs include the logits, which Inductor's model of them leaves out)."""
+    budget = max(r.budget_bytes for r in partitions)
+    step = max(r.peak if r.compiled_peak is None else r.compiled_peak for r in partitions)
+    checked = any(r.compiled_peak is not None for r in partitions)
+    return {"budget_bytes": budget, "estimate": max(r.peak for r in partitions), "feasible": step <= budget,
+            "compiled_estimate": step if checked else None}
 
 
 def eager_difference(model: str, size: str) -> float | None:
@@ -227,6 +238,7 @@ SUMMARY = (left("model", lambda r: r.model), Column("stock MB", lambda r: r.stoc
            Column("at fraction", lambda r: r.lowest.fraction, lambda f: f"{f:g}"),
            Column("Inductor's lowest MB", lambda r: min((p.real_peak for p in r.inductor), default=None), _mb),
            Column("monotone", lambda r: r.monotone, _yes), Column("within budget", lambda r: r.within_budget, _yes),
+           Column("verdicts agree", lambda r: r.verdicts_agree, _yes),
            Column("1.0 <= stock", lambda r: r.full_not_above_stock, _yes),
            Column("dominates Inductor's", lambda r: r.dominates, _yes),
            Column("real vs est. at 1.0", lambda r: r.errors()[0] if r.errors() else None, _signed),
@@ -364,8 +376,9 @@ def budget_section(folder: Path = BUDGETS) -> list[str]:
              " = f`; the fractions go from 1.0 down to the lowest estimate our partitioner reaches. Peaks are real "
              "(one step measured by `reorder.measure`), step times the median over alternating rounds in the same "
              "process (each round calls every variant once). `monotone`: our real peak never rises as the budget "
-             "falls (0.5% noise allowed); `within budget`: every budget our records call met has a real peak at "
-             "most 2% above it; `dominates`: for every fraction Inductor ran at, one of our points has a real peak "
+             "falls (0.5% noise allowed); `verdicts agree`: `within budget`, and every budget our records call not "
+             "met has a real peak of at least 98% of it; `within budget`: every budget our records call met has a "
+             "real peak at most 2% above it; `dominates`: for every fraction Inductor ran at, one of our points has a real peak "
              "at or below its and a step at most 5% slower (the median over rounds of our time over Inductor's in "
              "the same round); `real vs est.`: our real peak against our estimate of it (the step's estimated peak "
              "in our records, of the region where it is highest when the step has several; at 1.0 the partition is "

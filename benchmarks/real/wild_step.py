@@ -212,7 +212,8 @@ def run(args) -> dict:
                 peer.kill()
                 raise RuntimeError(f"rank 1 did not finish within {args.timeout} s") from None
             if peer.returncode != 0:
-                raise RuntimeError(f"rank 1 failed: {errors.strip().splitlines()[-1] if errors.strip() else peer.returncode}")
+                last = errors.strip().splitlines()[-1] if errors.strip() else f"exit status {peer.returncode}"
+                raise RuntimeError(f"rank 1 failed: {last}")
     return result
 
 
