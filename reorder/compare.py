@@ -41,8 +41,8 @@ from .errors import ReorderError
 from .report import Progress, axis_unit, format_bytes, format_table
 from .script import script_path
 
-__all__ = ["VARIANTS", "Comparison", "Variant", "parse_variants", "VariantRun", "align_times", "compare", "draw_comparison", "plot_comparison",
-           "thin", "ties"]
+__all__ = ["VARIANTS", "Comparison", "Variant", "parse_variants", "VariantRun", "align_times", "compare",
+           "draw_comparison", "dynamo_compile_seconds", "plot_comparison", "thin", "ties"]
 
 #: The named variants, each one's hook options (None: stock ``torch.compile``, nothing of ours installed); the
 #: command line's default, and the hook options the benchmarks' columns of the same names use.
@@ -346,7 +346,7 @@ def _step_peak(curve: Sequence[tuple[float, int]], start: float | None) -> int |
     return max([before, *(live for t, live in curve if t >= start)]) - before
 
 
-def _compile_seconds() -> float:
+def dynamo_compile_seconds() -> float:
     """Seconds Dynamo and Inductor spent compiling in this process (forward frames and lazy backward compiles)."""
     from torch._dynamo.utils import compilation_time_metrics
 
@@ -394,12 +394,13 @@ def child_main(argv: Sequence[str] | None = None) -> int:
         snapshot = str(Path(spec["out"]) / f"{variant}.pickle")
         torch.cuda.memory._dump_snapshot(snapshot)
         torch.cuda.memory._record_memory_history(enabled=None)
-    forward_calls = [c for c in m.compiled_calls if not c.name.endswith("(backward)")]
+    forward_calls = m.forward_calls
     last = forward_calls[-1].start if forward_calls else None
     marks = tuple(t for c in m.compiled_calls for t in (c.start, c.end))
     fallbacks = tuple(f"{f.stage} in {f.graph}: {f.reason}" for f in session.fallbacks) if session else ()
     step_curve = tuple(thin([p for p in m.curve if p[0] >= last])) if last is not None else ()
-    run = VariantRun(variant, errors[0] if errors else None, m.peak, _step_peak(m.curve, last), _compile_seconds(),
+    run = VariantRun(variant, errors[0] if errors else None, m.peak, _step_peak(m.curve, last),
+                     dynamo_compile_seconds(),
                      wall, _graphs_compiled(), fallbacks, len(m.compiled_calls), marks, tuple(thin(m.curve)),
                      m.cuda, snapshot, last, step_curve, None if last is None else _live_before(m.curve, last),
                      None if last is None else m.compiled_calls[-1].end - last)

@@ -83,6 +83,17 @@ class MemoryMeasurement:
     cuda: dict[str, int] | None = None
     peak_composition: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def outside_compiled_bytes(self) -> int:
+        """What of the peak eager code allocated outside the compiled graphs (a loss computed after a compiled
+        model, its gradient): the ``outside compiled*`` entries of :attr:`peak_composition`."""
+        return sum(nbytes for origin, nbytes in self.peak_composition.items() if origin.startswith("outside compiled"))
+
+    @property
+    def forward_calls(self) -> tuple[Region, ...]:
+        """The compiled calls made outside autograd's backward: one per compiled forward (or inference) call."""
+        return tuple(c for c in self.compiled_calls if not c.name.endswith("(backward)"))
+
     def to_json(self) -> dict:
         return {
             "device": self.device, "peak": self.peak, "end": self.end, "allocations": self.allocations,

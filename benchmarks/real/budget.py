@@ -58,7 +58,7 @@ from ..variants import Variant, functorch, hooked, load_records, records_json
 from .budget_report import BUDGETS, cuda_table
 from .models import BATCH, MODELS, build, parameter_bytes
 from .tables import RESULTS, release_folder
-from .run import as_accurate, difference, float64_reference, step_function, tensors
+from .run import as_accurate, difference, float64_reference, step_function, tensors, unique_graphs
 
 __all__ = ["fractions_for", "main", "refresh_records", "run_row", "variants_for"]
 
@@ -157,12 +157,6 @@ def _prepare(base, inputs: dict, kind: str, fraction: float | None, variant: Var
     return _Prepared(kind, fraction, variant, step, reset, checked, seconds, records_json(session))
 
 
-def _compiles() -> int:
-    from torch._dynamo.utils import counters
-
-    return counters["stats"]["unique_graphs"]
-
-
 def run_row(name: str, size: str = "bench", points: int = POINTS, rounds: int = ROUNDS, device: str = "cpu") -> dict:
     """Every budget variant of ``name``'s training step side by side on ``device`` (see the module docstring)."""
     from torch._dynamo import config as dynamo_config
@@ -179,7 +173,7 @@ def run_row(name: str, size: str = "bench", points: int = POINTS, rounds: int = 
     fractions = fractions_for(load_records({"records": first.records}), points)
     prepared = [_prepare(base, inputs, kind, f, v, device) if v.name != first.variant.name else first
                 for kind, f, v in variants_for(fractions)]
-    compiled = _compiles()
+    compiled = unique_graphs()
     peaks = {}
     for p in prepared:
         gc.collect()
@@ -198,7 +192,7 @@ def run_row(name: str, size: str = "bench", points: int = POINTS, rounds: int = 
     stock = prepared[0]
     row = {"model": name, "size": size, "mode": "train", "device": device, "batch": BATCH,
            "gpu": torch.cuda.get_device_name() if device == "cuda" else None, "parameter_bytes": parameter_bytes(base),
-           "fractions": fractions, "rounds": rounds, "compiles_after_context": _compiles() - compiled,
+           "fractions": fractions, "rounds": rounds, "compiles_after_context": unique_graphs() - compiled,
            "variants": {}}
     for p in prepared:
         m = peaks[p.variant.name]

@@ -33,7 +33,7 @@ from pathlib import Path
 from reorder.inductor.session import PartitionRecord
 
 from ..variants import load_records
-from .tables import RESULTS, Column, cached_rows, details_with_plots, left, markdown
+from .tables import RESULTS, Column, cached_rows, details_with_plots, left, markdown, megabytes
 
 __all__ = ["BudgetRow", "budget_row", "budget_rows", "budget_section", "cuda_table", "inductor_table", "plot_budget",
            "step_figures"]
@@ -212,10 +212,6 @@ def budget_row(row: dict) -> BudgetRow:
                      row.get("compiles_after_context", 0), eager_difference(row["model"], row["size"]))
 
 
-def _mb(n: int | None) -> str:
-    return "" if n is None else f"{n / 1e6:.2f}"
-
-
 def _ms(s: float) -> str:
     return f"{s * 1e3:.1f}"
 
@@ -232,11 +228,11 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "**no**"
 
 
-SUMMARY = (left("model", lambda r: r.model), Column("stock MB", lambda r: r.stock.real_peak, _mb),
-           Column("ours lowest MB", lambda r: r.lowest.real_peak, _mb),
+SUMMARY = (left("model", lambda r: r.model), Column("stock MB", lambda r: r.stock.real_peak, megabytes),
+           Column("ours lowest MB", lambda r: r.lowest.real_peak, megabytes),
            Column("below stock", lambda r: r.saving, lambda x: f"{x:.1%}"),
            Column("at fraction", lambda r: r.lowest.fraction, lambda f: f"{f:g}"),
-           Column("Inductor's lowest MB", lambda r: min((p.real_peak for p in r.inductor), default=None), _mb),
+           Column("Inductor's lowest MB", lambda r: min((p.real_peak for p in r.inductor), default=None), megabytes),
            Column("monotone", lambda r: r.monotone, _yes), Column("within budget", lambda r: r.within_budget, _yes),
            Column("verdicts agree", lambda r: r.verdicts_agree, _yes),
            Column("1.0 <= stock", lambda r: r.full_not_above_stock, _yes),
@@ -255,7 +251,7 @@ SUMMARY = (left("model", lambda r: r.model), Column("stock MB", lambda r: r.stoc
 def _detail(row: BudgetRow) -> list[str]:
     """One model's table: per fraction, ours (budget, estimate, feasible, real peak, step) beside Inductor's."""
     theirs = {p.fraction: p for p in row.inductor}
-    lines = [f"**{row.model}**: stock {_mb(row.stock.real_peak)} MB, {_ms(row.stock.step_seconds)} ms per step"
+    lines = [f"**{row.model}**: stock {megabytes(row.stock.real_peak)} MB, {_ms(row.stock.step_seconds)} ms per step"
              + (f" ({row.compiles_after_context} compiles after the variants' first two steps: their timings "
                 f"may include them)" if row.compiles_after_context else ""), "",
              "| fraction | budget MB | ours est. MB | compiled est. MB | met | ours real MB | ours ms | Inductor real MB "
@@ -264,9 +260,9 @@ def _detail(row: BudgetRow) -> list[str]:
     for p in row.ours:
         other = theirs.get(p.fraction)
         winner = row.dominating(other) if other else None
-        lines.append(f"| {p.fraction:g} | {_mb(p.budget_bytes)} | {_mb(p.estimate)} | {_mb(p.compiled_estimate)} | "
-                     f"{'' if p.feasible is None else ('yes' if p.feasible else 'no')} | {_mb(p.real_peak)} | "
-                     f"{_ms(p.step_seconds)} | {_mb(other.real_peak) if other else ''} | "
+        lines.append(f"| {p.fraction:g} | {megabytes(p.budget_bytes)} | {megabytes(p.estimate)} | {megabytes(p.compiled_estimate)} | "
+                     f"{'' if p.feasible is None else ('yes' if p.feasible else 'no')} | {megabytes(p.real_peak)} | "
+                     f"{_ms(p.step_seconds)} | {megabytes(other.real_peak) if other else ''} | "
                      f"{_ms(other.step_seconds) if other else ''} | "
                      f"{_against(winner, other)} |")
     return lines + [""]
@@ -348,8 +344,9 @@ def cuda_table(folders: list[Path] | None = None) -> list[str]:
                 if v is None:
                     return ""
                 allocated, reserved = _allocator(v, "max_memory_allocated"), _allocator(v, "max_memory_reserved")
-                change = f" ({allocated / _allocator(stock, 'max_memory_allocated') - 1:+.1%})" if v is not stock else ""
-                return f"{_mb(allocated)} / {_mb(reserved)}{change}, {_ms(v['step_seconds'])} ms"
+                stock_allocated = _allocator(stock, "max_memory_allocated")
+                change = f" ({allocated / stock_allocated - 1:+.1%})" if v is not stock else ""
+                return f"{megabytes(allocated)} / {megabytes(reserved)}{change}, {_ms(v['step_seconds'])} ms"
 
             lines.append([row["model"], f"{row.get('gpu')}, torch {row['torch']}", cell(stock), cell(ours[0]),
                           f"{lowest['fraction']:g}: {cell(lowest)}", cell(same),
@@ -378,9 +375,9 @@ def budget_section(folder: Path = BUDGETS) -> list[str]:
              "process (each round calls every variant once). `monotone`: our real peak never rises as the budget "
              "falls (0.5% noise allowed); `verdicts agree`: `within budget`, and every budget our records call not "
              "met has a real peak of at least 98% of it; `within budget`: every budget our records call met has a "
-             "real peak at most 2% above it; `dominates`: for every fraction Inductor ran at, one of our points has a real peak "
-             "at or below its and a step at most 5% slower (the median over rounds of our time over Inductor's in "
-             "the same round); `real vs est.`: our real peak against our estimate of it (the step's estimated peak "
+             "real peak at most 2% above it; `dominates`: for every fraction Inductor ran at, one of our points has "
+             "a real peak at or below its and a step at most 5% slower (the median over rounds of our time over "
+             "Inductor's in the same round); `real vs est.`: our real peak against our estimate of it (the step's estimated peak "
              "in our records, of the region where it is highest when the step has several; at 1.0 the partition is "
              "stock's and the reorder pass orders it); the largest difference of the loss or any gradient to "
              "stock's (ours and Inductor's points) is relative to each tensor's largest magnitude, and `ours within "

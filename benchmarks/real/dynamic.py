@@ -55,7 +55,7 @@ from .models import MODELS, build_model, make_inputs
 from .dynamic_report import RESULTS, VARIANTS, cached_rows, inductor_table
 from .report import write_report
 from .rows import run_rows
-from .run import difference, tensors
+from .run import difference, tensors, unique_graphs
 from .tables import DOC, RESULTS as BENCH_RESULTS, write_between_markers
 
 __all__ = ["DYNAMIC_ROWS", "DynamicRow", "run_dynamic_case"]
@@ -138,12 +138,6 @@ def _context(variant: str, capture_dir: Path | None):
     return inductor.use(slab=True)
 
 
-def _unique_graphs() -> int:
-    from torch._dynamo.utils import counters
-
-    return counters["stats"]["unique_graphs"]
-
-
 #: The references compiled for one size at a time (``dynamic=False``): a name, and the variant whose context they
 #: compile in. The slab per size is the criterion; stock per size says how much of a gap is Inductor's own.
 STATIC = {"static_slab": "slab", "static_stock": "stock"}
@@ -194,13 +188,13 @@ def run_dynamic_case(name: str, mode: str) -> dict:
             shutil.rmtree(capture, ignore_errors=True)  # the graphs of an earlier run are not this run's
         t0 = time.perf_counter()
         stepper = Stepper(base, mode, dynamic=True)
-        before = _unique_graphs()
+        before = unique_graphs()
         peaks, outputs[variant] = {}, {}
         with _context(variant, capture) as session:
             for size in spec.sizes:
                 outputs[variant][size] = stepper.step(inputs_at(size))  # the first size compiles
                 peaks[str(size)] = stepper.peak(inputs_at(size))
-        row["variants"][variant] = {"real_peak": peaks, "compiles": _unique_graphs() - before,
+        row["variants"][variant] = {"real_peak": peaks, "compiles": unique_graphs() - before,
                                     "seconds": time.perf_counter() - t0, "records": records_json(session)}
         print(f"    {variant}: {peaks} ({row['variants'][variant]['compiles']} graphs compiled, "
               f"{row['variants'][variant]['seconds']:.0f}s)", file=sys.stderr, flush=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..variants import load_records
 from . import tables
-from .tables import IMAGES as REAL_IMAGES, RESULTS as REAL_RESULTS
+from .tables import IMAGES as REAL_IMAGES, RESULTS as REAL_RESULTS, megabytes
 
 __all__ = ["IMAGES", "RESULTS", "VARIANTS", "cached_rows", "dynamic_section", "inductor_table"]
 
@@ -20,10 +20,6 @@ VARIANTS = ("stock", "hook", "slab")
 def cached_rows() -> list[dict]:
     """The cached rows of the dynamic section, one per model and mode."""
     return tables.cached_rows(RESULTS)
-
-
-def _mb(n: int | None) -> str:
-    return "" if n is None else f"{n / 1e6:.2f}"
 
 
 def slab_fallbacks(row: dict) -> list[str]:
@@ -126,8 +122,8 @@ def dynamic_section() -> list[str]:
             worst_stock, worst_static = max(worst_stock, to_stock), max(worst_static, to_static)
             difference = max((d[key] for d in row["difference_to_stock"].values() if d[key] is not None),
                              default=None)
-            lines.append(f"| {row['model']} | {row['mode']} | {size} | {_mb(peak['stock'])} | {_mb(peak['hook'])} | "
-                         f"{_mb(peak['slab'])} | {_mb(peak['static_slab'])} | {_mb(peak['static_stock'])} | "
+            lines.append(f"| {row['model']} | {row['mode']} | {size} | {megabytes(peak['stock'])} | {megabytes(peak['hook'])} | "
+                         f"{megabytes(peak['slab'])} | {megabytes(peak['static_slab'])} | {megabytes(peak['static_stock'])} | "
                          f"{to_stock:.3f} | {to_static:.3f} | {stock_gap} | {compiles} | {len(falls)} | "
                          f"{'' if difference is None else f'{difference:.1e}'} |")
     lines += ["", f"Across the {len(rows)} rows: slab/stock at most {worst_stock:.3f}, slab/static slab at most "
@@ -157,7 +153,7 @@ def inductor_table() -> list[str]:
         keys = [str(size) for size in row["sizes"]]
         ratio = lambda a, b: " / ".join(f"{v[a]['real_peak'][k] / v[b]['real_peak'][k]:.3f}" for k in keys)
         lines.append(f"| {row['model']} | {row['mode']} | {', '.join(keys)} ({row['axis']}) | "
-                     f"{' / '.join(_mb(v['stock']['real_peak'][k]) for k in keys)} | {ratio('slab', 'stock')} | "
+                     f"{' / '.join(megabytes(v['stock']['real_peak'][k]) for k in keys)} | {ratio('slab', 'stock')} | "
                      f"{ratio('slab', 'static_slab')} | "
                      f"{ratio('stock', 'static_stock') if 'static_stock' in v else ''} | "
                      f"{' / '.join(str(v[n]['compiles']) for n in VARIANTS)} | "

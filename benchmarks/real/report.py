@@ -28,7 +28,8 @@ from .budget_report import budget_section
 from .wild_report import wild_section
 from .dynamic_report import dynamic_section
 from .release_report import releases_section
-from .tables import DOC, GAP, GRAPHS, IMAGES, ROOT, Column, cached_rows, largest_estimate, left, markdown, records_of
+from .tables import (DOC, GAP, GRAPHS, IMAGES, ROOT, Column, cached_rows, largest_estimate, left, markdown, megabytes,
+                     records_of)
 
 #: PyTorch PR #134874's table lists these models; ours is set beside it.
 PR_134874 = ("DebertaV2ForQuestionAnswering", "AlbertForMaskedLM", "AlbertForQuestionAnswering",
@@ -39,10 +40,6 @@ COMPILED = ("hook", "slab", "guard", "memory_planning")
 
 #: Variants a summary keeps the figures of, in the order of the summary's columns.
 SUMMARIZED = ("eager", "stock", *COMPILED)
-
-def _mb(n: int | None) -> str:
-    return "" if n is None else f"{n / 1e6:.2f}"
-
 
 def _sci(x: float | None) -> str:
     return "" if x is None else f"{x:.1e}"
@@ -78,7 +75,7 @@ def _optimum_of_largest(row: dict, graphs: Sequence[OrderRecord]) -> str:
 
 def _optimum_cell(optimum) -> str:
     """A recorded optimum in the report's unit (MB), or empty if none was recorded."""
-    return optimum.column(_mb) if optimum else ""
+    return optimum.column(megabytes) if optimum else ""
 
 
 @dataclass(frozen=True)
@@ -203,7 +200,7 @@ MODEL_MODE = (left("model", lambda s: s.model), left("mode", lambda s: s.mode))
 
 
 def _peak(variant: str, header: str | None = None) -> Column:
-    return Column(header or variant, lambda s: s.peak(variant), _mb)
+    return Column(header or variant, lambda s: s.peak(variant), megabytes)
 
 
 def _peak_ratio(variant: str, reference: str = "stock") -> Column:
@@ -233,29 +230,29 @@ PEAKS = (*MODEL_MODE, _peak("eager"), _peak("stock"), _peak("hook"), _peak("slab
          Column("eager vs stock", lambda s: s.eager_difference_to_stock, _sci))
 
 ESTIMATES = (*MODEL_MODE, Column("graphs", lambda s: s.graphs),
-             Column("Inductor baseline", lambda s: s.inductor_baseline_estimate, _mb),
-             Column("Inductor best", lambda s: s.inductor_best_estimate, _mb),
-             Column("ours", lambda s: s.our_estimate, _mb), Column("optimum", lambda s: s.optimum),
+             Column("Inductor baseline", lambda s: s.inductor_baseline_estimate, megabytes),
+             Column("Inductor best", lambda s: s.inductor_best_estimate, megabytes),
+             Column("ours", lambda s: s.our_estimate, megabytes), Column("optimum", lambda s: s.optimum),
              _peak("stock", "stock real"), Column("our pass s", lambda s: round(s.our_pass_seconds, 3)),
              left("compile s stock / hook / slab / guard",
                    lambda s: tuple(_compile_shown(s, v) for v in ("stock", "hook", "slab", "guard")),
                    lambda values: " / ".join(_blank(v) for v in values)),
              left("allocations stock / slab", lambda s: (s.run("stock").allocations, s.run("slab").allocations),
                    _slashed),
-             Column("slab pool MB", lambda s: s.slab_pool_bytes, _mb), Column("guard blocked", lambda s: s.guard_blocked),
+             Column("slab pool MB", lambda s: s.slab_pool_bytes, megabytes), Column("guard blocked", lambda s: s.guard_blocked),
              Column("guard s", lambda s: round(s.guard_seconds, 3)))
 
 SLAB = (*MODEL_MODE, _peak_ratio("slab"), _peak_ratio("slab", "hook"),
         Column("pools/stock", lambda s: s.peak_ratio("memory_planning"), _three),
-        Column("largest pool MB", lambda s: s.slab_largest_pool_bytes, _mb),
-        Column("live-bytes bound MB", lambda s: s.slab_bound_bytes, _mb),
+        Column("largest pool MB", lambda s: s.slab_largest_pool_bytes, megabytes),
+        Column("live-bytes bound MB", lambda s: s.slab_bound_bytes, megabytes),
         Column("allocations stock / slab", lambda s: (s.run("stock").allocations, s.run("slab").allocations), _slashed),
         Column("compile added s", _compile_added))
 
 GUARD = (*MODEL_MODE, Column("blocked", lambda s: s.guard_blocked),
          Column("avoided by reordering", lambda s: s.guard_avoided_by_reordering),
-         Column("estimate MB hook -> guard", lambda s: f"{_mb(s.our_estimate)} -> {_mb(s.guard_estimate)}"),
-         Column("real MB hook -> guard", lambda s: f"{_mb(s.peak('hook'))} -> {_mb(s.peak('guard'))}"),
+         Column("estimate MB hook -> guard", lambda s: f"{megabytes(s.our_estimate)} -> {megabytes(s.guard_estimate)}"),
+         Column("real MB hook -> guard", lambda s: f"{megabytes(s.peak('hook'))} -> {megabytes(s.peak('guard'))}"),
          Column("step s stock / guard", lambda s: (_step_shown(s, "stock"), _step_shown(s, "guard")), _slashed),
          Column("guard s", lambda s: round(s.guard_seconds, 3)))
 
@@ -263,12 +260,12 @@ PR_TABLE = (left("model", lambda s: s.model), Column("batch", lambda s: s.batch)
             _peak("stock", "peak baseline (MB)"), _peak("hook", "peak new (MB)"),
             Column("ratio", lambda s: s.peak_ratio("hook"), _three))
 
-FULL_DEPTH = (*MODEL_MODE, Column("parameters MB", lambda s: s.parameter_bytes, _mb),
+FULL_DEPTH = (*MODEL_MODE, Column("parameters MB", lambda s: s.parameter_bytes, megabytes),
               Column("graphs", lambda s: s.graphs),
-              Column("Inductor baseline", lambda s: s.inductor_baseline_estimate, _mb),
-              Column("Inductor best", lambda s: s.inductor_best_estimate, _mb),
-              Column("ours", lambda s: s.our_estimate, _mb), Column("optimum", lambda s: s.optimum),
-              Column("hook real peak", lambda s: s.peak("hook"), lambda n: "not measured" if n is None else _mb(n)),
+              Column("Inductor baseline", lambda s: s.inductor_baseline_estimate, megabytes),
+              Column("Inductor best", lambda s: s.inductor_best_estimate, megabytes),
+              Column("ours", lambda s: s.our_estimate, megabytes), Column("optimum", lambda s: s.optimum),
+              Column("hook real peak", lambda s: s.peak("hook"), lambda n: "not measured" if n is None else megabytes(n)),
               Column("our pass s", lambda s: s.our_pass_seconds, lambda x: "" if x is None else f"{x:.2f}"),
               Column("compile s", lambda s: s.run("hook").compile_seconds,
                      lambda x: "" if x is None else f"{x:.0f}"))
@@ -282,17 +279,17 @@ def composition(row: dict) -> list[str]:
     if not stock or not estimate or abs(stock["real_peak"] - estimate) <= GAP * estimate:
         return []
     parts = [f"parameters and inputs (allocated before the step, not in the peak above it): "
-             f"{_mb(row['parameter_bytes'] + row['input_bytes'])} MB"]
+             f"{megabytes(row['parameter_bytes'] + row['input_bytes'])} MB"]
     if stock.get("held_at_backward") is not None:
-        parts.append(f"held from forward into backward (activations saved, loss): {_mb(stock['held_at_backward'])} MB")
+        parts.append(f"held from forward into backward (activations saved, loss): {megabytes(stock['held_at_backward'])} MB")
     if stock.get("gradient_bytes"):
-        parts.append(f"gradients: {_mb(stock['gradient_bytes'])} MB")
+        parts.append(f"gradients: {megabytes(stock['gradient_bytes'])} MB")
     for origin, nbytes in sorted(stock.get("peak_composition", {}).items(), key=lambda kv: -abs(kv[1])):
-        parts.append(f"live at the peak, allocated {origin}: {_mb(nbytes)} MB")
+        parts.append(f"live at the peak, allocated {origin}: {megabytes(nbytes)} MB")
     no_layout = v.get("stock_no_layout_opt")
     if no_layout:
-        parts.append(f"with layout_optimization=False the real peak is {_mb(no_layout['real_peak'])} MB "
-                     f"({_mb(stock['real_peak'] - no_layout['real_peak'])} MB of channels-last copies and "
+        parts.append(f"with layout_optimization=False the real peak is {megabytes(no_layout['real_peak'])} MB "
+                     f"({megabytes(stock['real_peak'] - no_layout['real_peak'])} MB of channels-last copies and "
                      f"layout-dependent buffers)")
     return parts
 
@@ -339,7 +336,7 @@ def plot(row: dict, path: Path) -> bool:
             t = aligned_times(v[name], reference) if reference else [p[0] for p in v[name]["curve"]]
             end = reference["curve"][-1][0] if reference else t[-1]
             ax.plot([x / (end or 1.0) for x in t], [y / 1e6 for _, y in v[name]["curve"]], style,
-                    label=f"{name} (peak {_mb(v[name]['real_peak'])} MB)")
+                    label=f"{name} (peak {megabytes(v[name]['real_peak'])} MB)")
     stock_curve = v.get("stock", {}).get("curve") or [[1.0, 0]]
     for phase, region in v.get("stock", {}).get("phases", {}).items():
         start, end = (region[k] / (stock_curve[-1][0] or 1.0) for k in ("start", "end"))
@@ -466,8 +463,8 @@ def write_report(folder: Path) -> None:
     for row, s in zip(rows, records, strict=True):
         parts = composition(row)
         if parts:
-            lines.append(f"**{row['model']} {row['mode']}**: stock real peak {_mb(s.peak('stock'))} MB, largest "
-                         f"graph estimate {_mb(s.inductor_best_estimate)} MB.")
+            lines.append(f"**{row['model']} {row['mode']}**: stock real peak {megabytes(s.peak('stock'))} MB, largest "
+                         f"graph estimate {megabytes(s.inductor_best_estimate)} MB.")
             lines += [f"- {p}" for p in parts]
             lines.append("")
     lines += full_depth_section(folder.parent / "full")

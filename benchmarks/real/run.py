@@ -33,13 +33,20 @@ from .models import BATCH, build, parameter_bytes
 from .tables import GAP, largest_estimate
 from .variants import HOOK, NO_LAYOUT_OPTIMIZATION, VARIANTS, Variant
 
-__all__ = ["CURVE_POINTS", "capture_case", "run_case", "run_variant"]
+__all__ = ["CURVE_POINTS", "capture_case", "run_case", "run_variant", "unique_graphs"]
 
 #: Points kept of each measured curve (the highest of each time bucket), enough for a plot.
 CURVE_POINTS = 600
 
 #: Calls timed after the first two (which compile); the step time is their median.
 STEADY_CALLS = 3
+
+
+def unique_graphs() -> int:
+    """The graphs Dynamo has compiled in this process so far (its ``unique_graphs`` counter)."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
 
 
 def tensors(value) -> list[torch.Tensor]:

@@ -32,7 +32,7 @@ import torch
 
 from .run import as_accurate, difference
 from .tables import RESULTS
-from .wild_step import ROWS, build, parser as step_parser, step_function, token_batches
+from .wild_step import ROWS, SIZES, build, parser as step_parser, step_function, token_batches
 
 __all__ = ["OURS", "INDUCTORS", "VARIANTS", "WILD", "main", "run_variant"]
 
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                                       f"{', '.join(f'{f:g}' for f in OURS)}, Inductor's at 0.9 ... 0.0)")
     p.add_argument("--again", action="store_true", help="measure cached variants again")
     p.add_argument("--report-only", action="store_true", help="only rebuild the report from the cache")
-    for name, default in (("layers", 4), ("hidden", 256), ("seq", 128), ("batch", 4), ("vocab", 2048)):
+    for name, default in SIZES.items():
         p.add_argument(f"--{name}", type=int, default=default)
     args = p.parse_args(argv)
     rows = args.rows.split(",") if args.rows else list(ROWS)
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         parse_variants(variants)
     except ReorderError as exc:
         p.error(str(exc))
-    sizes = [f"--{name}={getattr(args, name)}" for name in ("layers", "hidden", "seq", "batch", "vocab")]
+    sizes = [f"--{name}={getattr(args, name)}" for name in SIZES]
     if not args.report_only:
         for row in rows:
             measure_row(row, variants, sizes, args.again, lambda text: print(text, file=sys.stderr, flush=True))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .budget_report import OVER_BUDGET, SLOWER, Point, BudgetRow, plot_budget
-from .tables import RESULTS, Column, details_with_plots, left, markdown
+from .tables import RESULTS, Column, details_with_plots, left, markdown, megabytes
 
 __all__ = ["WildRow", "wild_rows", "wild_section"]
 
@@ -140,12 +140,8 @@ def wild_rows(folder: Path = WILD) -> list[WildRow]:
     return [wild_row(json.loads(p.read_text())) for p in paths if p.exists()]
 
 
-def _mb(n: int | None) -> str:
-    return "" if n is None else f"{n / 1e6:.2f}"
-
-
 def _point(v: WildPoint | None) -> str:
-    return "" if v is None else f"{_mb(v.real_peak)} ({v.fraction:g})"
+    return "" if v is None else f"{megabytes(v.real_peak)} ({v.fraction:g})"
 
 
 def _ratio(pair: tuple[int, int]) -> str:
@@ -153,9 +149,9 @@ def _ratio(pair: tuple[int, int]) -> str:
     return f"{done}/{of}" if done == of else f"**{done}/{of}**"
 
 
-SUMMARY = (left("row", lambda r: r.row), Column("stock MB", lambda r: r.stock.real_peak, _mb),
+SUMMARY = (left("row", lambda r: r.row), Column("stock MB", lambda r: r.stock.real_peak, megabytes),
            Column("ours 1.0 MB", lambda r: next((v.real_peak for v in r.ours if v.fraction == 1.0 and v.ok), None),
-                  _mb),
+                  megabytes),
            Column("ours lowest MB (fraction)", lambda r: r.lowest, _point),
            Column("below stock", lambda r: r.saving, lambda x: "" if x is None else f"{x:.1%}"),
            Column("Inductor's lowest MB (fraction)", lambda r: r.inductor_lowest, _point),
@@ -175,7 +171,7 @@ def _detail(row: WildRow) -> list[str]:
         if not v.ok:
             lines.append(f"| {v.name} | failed: {v.error} | | | | | | |")
             continue
-        peaks = " / ".join(_mb(p) for _, p in v.peaks) if len(v.peaks) > 1 else _mb(v.real_peak)
+        peaks = " / ".join(megabytes(p) for _, p in v.peaks) if len(v.peaks) > 1 else megabytes(v.real_peak)
         said = "" if v.estimate_said_met is None else ("met" if v.estimate_said_met else "not met")
         match = row.match(v) if v.kind == "inductor" else None
         lines.append(f"| {v.name} | {peaks} | {v.step_seconds * 1e3:.1f} | {v.compile_seconds:.1f} | {said} | "

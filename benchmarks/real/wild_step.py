@@ -43,6 +43,9 @@ ROWS = {
     "eager-loss": "the model compiled, its cross-entropy loss computed eagerly after it",
 }
 
+#: The model's and the batch's sizes (options of both this command and the runner's), with their defaults.
+SIZES = {"layers": 4, "hidden": 256, "seq": 128, "batch": 4, "vocab": 2048}
+
 #: The dynamic row's sequence lengths, as fractions of ``--seq``.
 DYNAMIC_LENGTHS = (0.5, 0.75, 1.0)
 
@@ -106,17 +109,10 @@ def _shard(model) -> None:
 
 def _start_peer(args, port: int) -> subprocess.Popen:
     """Rank 1: this command's row, variant and sizes, nothing written."""
-    sizes = [f"--{name}={getattr(args, name)}" for name in ("layers", "hidden", "seq", "batch", "vocab", "rounds",
-                                                              "timeout")]
+    sizes = [f"--{name}={getattr(args, name)}" for name in (*SIZES, "rounds", "timeout")]
     command = [sys.executable, "-m", "benchmarks.real.wild_step", f"--row={args.row}", f"--variant={args.variant}",
                *sizes, "--rank=1", f"--port={port}"]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-
-
-def _graphs_compiled() -> int:
-    from torch._dynamo.utils import counters
-
-    return counters["stats"]["unique_graphs"]
 
 
 def _free_port() -> int:
@@ -128,11 +124,12 @@ def _free_port() -> int:
 
 
 def run(args) -> dict:
-    from torch._dynamo.utils import compilation_time_metrics
     from torch._inductor import config
 
-    from reorder.compare import Variant
+    from reorder.compare import Variant, dynamo_compile_seconds
     from reorder.measure import measure
+
+    from .run import unique_graphs
 
     config.force_disable_caches = True
     peer = None
@@ -179,23 +176,20 @@ def run(args) -> dict:
             step(batches[-1])
             steady.append(time.perf_counter() - t0)
         estimates = [r.feasible for r in session.partitions] if session is not None else []
-        graphs_before = _graphs_compiled()
+        graphs_before = unique_graphs()
         peaks = []
         for tokens in batches:
             meter = session.measure_step if session is not None else measure
             measured = meter(lambda tokens=tokens: step(tokens), "cpu")
             peaks.append({"seq": tokens.shape[1] - 1, "real_peak": measured.peak,
-                          "outside": sum(n for origin, n in measured.peak_composition.items()
-                                         if origin.startswith("outside compiled")),
-                          "compiled_forward_calls": sum(1 for c in measured.compiled_calls
-                                                        if not c.name.endswith("(backward)"))})
-    compiles_measured = _graphs_compiled() - graphs_before  # a compile inside a measured step counts its memory
+                          "outside": measured.outside_compiled_bytes,
+                          "compiled_forward_calls": len(measured.forward_calls)})
+    compiles_measured = unique_graphs() - graphs_before  # a compile inside a measured step counts its memory
     step_seconds = statistics.median(steady)
     result.update({
         "real_peak": peaks[-1]["real_peak"], "peaks": peaks, "step_seconds": step_seconds, "step_times": steady,
         "compile_seconds": max(0.0, first_seconds - step_seconds), "first_step_seconds": first_seconds,
-        "dynamo_compile_seconds": sum(sum(compilation_time_metrics.get(key, ())) for key in (
-            "_compile.compile_inner", "compile_fx.<locals>.bw_compiler")),
+        "dynamo_compile_seconds": dynamo_compile_seconds(),
         "loss": float(first), "fallbacks": [f"{f.stage} in {f.graph}: {f.reason}" for f in session.fallbacks]
         if session is not None else [],
         "estimate_feasible": estimates, "compiles_while_measured": compiles_measured,
@@ -223,11 +217,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", required=True)
     p.add_argument("--out", type=Path)
     p.add_argument("--tensors", type=Path)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--seq", type=int, default=128)
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--vocab", type=int, default=2048)
+    for name, default in SIZES.items():
+        p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--port", type=int, default=0)

@@ -67,8 +67,8 @@ from .rewrites import applies
 from .session import PartitionRecord, Session
 
 __all__ = ["RegionPlan", "backward_free_inputs", "check_generated", "compiled_model", "expect_region",
-           "generated_kernels", "handed_channels_last", "in_place_inputs", "kernel_local_buffers", "kernel_scratch", "model_of_nodes",
-           "note_model", "origin_names", "owned_copies", "owned_inputs", "region_of"]
+           "generated_kernels", "handed_channels_last", "in_place_inputs", "kernel_local_buffers", "kernel_scratch",
+           "model_of_nodes", "note_model", "origin_names", "owned_copies", "owned_inputs", "region_of"]
 
 log = logging.getLogger("reorder")
 

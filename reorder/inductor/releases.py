@@ -49,7 +49,11 @@ def hook_refusal(version: str | None = None) -> str | None:
     call) that it is untested there.
     """
     shown = installed_version() if version is None else version
-    missing = [name for name in HOOK_BASES if version is None and not _has_base(name)]
+    missing = []
+    if version is None:
+        from torch._inductor import custom_graph_pass
+
+        missing = [name for name in HOOK_BASES if not hasattr(custom_graph_pass, name)]
     if missing:
         return (f"the Inductor hook is off: torch {shown} has no {' or '.join(missing)}, which the hook plugs "
                 f"into; torch.compile runs as stock. Install one of {', '.join(SUPPORTED_RELEASES)}")
@@ -80,9 +84,3 @@ def hook_base(name: str) -> type:
 
     return getattr(custom_graph_pass, name, None) or type(name, (), {"__doc__": f"torch {installed_version()} "
                                                                                  f"has no {name}"})
-
-
-def _has_base(name: str) -> bool:
-    from torch._inductor import custom_graph_pass
-
-    return hasattr(custom_graph_pass, name)

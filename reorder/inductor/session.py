@@ -612,9 +612,8 @@ class Session:
         if not records:
             return measured
         budget = max(r.budget_bytes for r in records)
-        outside = sum(nbytes for origin, nbytes in measured.peak_composition.items()
-                      if origin.startswith("outside compiled"))
-        calls = sum(1 for c in measured.compiled_calls if not c.name.endswith("(backward)"))
+        outside = measured.outside_compiled_bytes
+        calls = len(measured.forward_calls)
         regions = len({r.digest or r.graph for r in records})
         if calls > regions and any(isinstance(r.budget, float) for r in records):
             log.warning("reorder: the step ran %d compiled forward calls of %d budgeted regions: a region that runs "
