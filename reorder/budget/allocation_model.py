@@ -156,7 +156,8 @@ class AllocationModel:
                     readable = graph.reads[v] if self.writable is None else \
                         [x for x in (*graph.reads[v], *graph.outputs[v][:k]) if x in self.writable[b]]
                     taken = next((x for x in readable if reusable[x] and not handed[x] and life.end[x] == step
-                                  and not graph.is_output[x] and 0.95 * graph.size_free[x] <= size <= graph.size_free[x]),
+                                  and not graph.is_output[x] and x not in self.local  # a local one has no storage
+                                  and 0.95 * graph.size_free[x] <= size <= graph.size_free[x]),
                                  None)
                 if taken is None and pool.get(size):
                     held = range(released[life.end[pool[size][-1]]] + 1, step)  # steps its storage would be held

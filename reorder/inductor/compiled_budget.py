@@ -68,7 +68,8 @@ from .session import PartitionRecord, Session
 
 __all__ = ["RegionPlan", "backward_free_inputs", "check_generated", "compiled_model", "expect_region",
            "generated_kernels", "handed_channels_last", "in_place_inputs", "kernel_local_buffers", "kernel_scratch",
-           "model_of_nodes", "note_model", "origin_names", "owned_copies", "owned_inputs", "region_of"]
+           "model_of_nodes", "note_model", "origin_names", "outer_loop_local_buffers", "owned_copies", "owned_inputs",
+           "region_of"]
 
 log = logging.getLogger("reorder")
 
@@ -177,6 +178,55 @@ def kernel_local_buffers(nodes: list) -> frozenset[str]:
                      and scheduler.can_buffer_be_removed_through_fusion(buf.get_name(), names)
                      and all(user.get_name() in pointwise for user in buf.users if not user.is_weak))
     return frozenset(local)
+
+
+def outer_loop_local_buffers(nodes: list) -> frozenset[str]:
+    """The buffers the C++ backend keeps in a row-sized local buffer instead of allocating them: in a kernel
+    fused at its outer loops (``OuterLoopFusedSchedulerNode``, a softmax and its backward, say), where every
+    part loops over the same outer ranges and one inner range, a pointwise member's single output that only
+    members of the kernel read, laid out contiguously and written and read at its contiguous index
+    (``CppScheduling.codegen_outer_loop_node``: ``try_outer_loop_fusion_with_local_buf``). Inductor can still
+    fall back to plain kernels when the parts' loop levels differ once generated
+    (``check_outer_fusion_loop_level_attr``), which is known only then; the budget's check reads the code."""
+    try:
+        from torch._inductor.codegen.cpp import OuterLoopFusedSchedulerNode
+    except ImportError:  # a torch without the C++ backend's outer-loop fusion
+        return frozenset()
+    local = set()
+    for node in nodes:
+        if not isinstance(node, OuterLoopFusedSchedulerNode):
+            continue
+        if not all(len(_call_ranges(part)) == node.outer_loop_fusion_depth + 1 for part in node.get_outer_nodes()):
+            continue
+        members = node.get_nodes()
+        for member in members:
+            if member.is_reduction() or len(member.get_outputs()) != 1:
+                continue
+            buf = member.get_outputs()[0]
+            if (all(user.node in members for user in buf.users) and buf.node.get_layout().is_contiguous()
+                    and _contiguous_in_and_out(member, buf)):
+                local.add(buf.get_name())
+    return frozenset(local)
+
+
+def _call_ranges(node) -> tuple:
+    """The loop ranges a fused part's kernel runs: its reduction member's, where it has one."""
+    _, (group, reduction_group) = max(node.get_nodes(), key=lambda member: int(member.is_reduction())).group
+    return tuple(group) + tuple(reduction_group)
+
+
+def _contiguous_in_and_out(member, buf) -> bool:
+    """Whether ``member`` writes ``buf`` at its loops' contiguous index and every user reads it there."""
+    from torch._inductor.scheduler import SchedulerNode
+
+    contiguous, stride = 0, 1
+    for var, size in reversed(member._body.var_ranges.items()):
+        contiguous += stride * var
+        stride *= size
+    name = buf.get_name()
+    return member._body.get_write_expr(name) == contiguous and all(
+        isinstance(user.node, SchedulerNode) and user.node._body.get_read_expr(name) == contiguous
+        for user in buf.users)
 
 
 def kernel_groups(nodes: list) -> list[bool] | None:
@@ -374,6 +424,8 @@ def model_of_nodes(session: Session | None, graph_name: str, nodes: list, graph:
         writable = in_place_inputs(nodes) if applies("in_place_reads", session.options.model_rewrites) else None
         kernels = kernel_scratch(*planned, [node.node for node in nodes if node.is_extern()])
         local = kernel_local_buffers(nodes) if applies("kernel_local_buffers", session.options.model_rewrites) else ()
+        if applies("outer_loop_local_buffers", session.options.model_rewrites):
+            local = frozenset(local) | outer_loop_local_buffers(nodes)
         return compiled_model(session, graph_name, graph, generated_kernels(nodes), origin_names(nodes), decided_by,
                               grouped, writable, kernels, local)
     except Exception as exc:  # noqa: BLE001 - the user's compile must go on

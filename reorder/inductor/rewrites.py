@@ -80,6 +80,12 @@ REWRITES: tuple[Rewrite, ...] = (
             "Scheduler.can_buffer_be_removed_through_fusion", THROUGH_2_15,
             "tests/test_generated_code.py::test_the_replay_of_each_compiled_graph_is_the_allocators_peak_of_its_call_"
             "and_the_models_promise (the residual CNN's backward: a fused kernel's first member's output)"),
+    Rewrite("outer_loop_local_buffers",
+            "on the CPU, a kernel fused at its outer loops (a softmax's backward) keeps a pointwise value that only "
+            "the kernel reads in a row-sized local buffer: it is never allocated",
+            "torch/_inductor/codegen/cpp.py: CppScheduling.codegen_outer_loop_node "
+            "(try_outer_loop_fusion_with_local_buf)", THROUGH_2_15,
+            "tests/test_compiled_budget.py::test_a_kernel_fused_at_its_outer_loops_allocates_no_local_buffer"),
     Rewrite("kernel_groups",
             "on the CPU, buffers that die inside a group of generated kernels are freed when the group is flushed",
             "torch/_inductor/scheduler.py: Scheduler._codegen; codegen/cpp.py: CppScheduling.flush", THROUGH_2_15,
