@@ -261,15 +261,21 @@ def test_nodes_move_while_what_the_generated_code_allocates_falls():
     assert allocated_peak(g, [0, 1, 2, 3], GELU_GENERATED, reusable) == 2710
     # the same estimate either way: Inductor's model cannot tell the two orders apart
     assert estimate_peak_memory(g, [0, 1, 2, 3]).peak == estimate_peak_memory(g, [1, 2, 0, 3]).peak == 3010
-    assert lower_allocated_peak(gelu_model, [0, 1, 2, 3], lambda order: True) == (
-        [1, 2, 0, 3], 2110)
+    assert lower_allocated_peak(gelu_model, [[0, 1, 2, 3]], lambda order: True) == (
+        [1, 2, 0, 3], 2110, 0)
     # the caller's ceiling holds every move back, and so does a count of no replays
-    assert lower_allocated_peak(gelu_model, [0, 1, 2, 3], lambda order: False) == (
-        [0, 1, 2, 3], 2710)
-    assert lower_allocated_peak(gelu_model, [0, 1, 2, 3], lambda order: True,
-                                evaluations=0) == ([0, 1, 2, 3], 2710)
-    moved, _ = lower_allocated_peak(gelu_model, [0, 1, 2, 3], lambda order: True)
+    assert lower_allocated_peak(gelu_model, [[0, 1, 2, 3]], lambda order: False) == (
+        [0, 1, 2, 3], 2710, 0)
+    assert lower_allocated_peak(gelu_model, [[0, 1, 2, 3]], lambda order: True,
+                                evaluations=0) == ([0, 1, 2, 3], 2710, 0)
+    moved = lower_allocated_peak(gelu_model, [[0, 1, 2, 3]], lambda order: True).order
     g.check_order(moved)
+    # a later start's lower minimum is kept (here no move is allowed: each start is its own minimum), but only
+    # with replays left once the searches before it are done
+    assert lower_allocated_peak(gelu_model, [[0, 1, 2, 3], [1, 2, 0, 3]], lambda order: False) == (
+        [1, 2, 0, 3], 2110, 1)
+    assert lower_allocated_peak(gelu_model, [[0, 1, 2, 3], [1, 2, 0, 3]], lambda order: False,
+                                evaluations=4) == ([0, 1, 2, 3], 2710, 0)
 
 
 def test_a_budgeted_graph_is_ordered_by_what_its_generated_code_allocates():

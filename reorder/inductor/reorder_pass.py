@@ -234,9 +234,11 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, options
     2. the estimate with the tangents freed;
     3. the estimate in Inductor's model.
 
-    With an ``allocation`` model, that order's nodes are then moved one at a time while
+    With an ``allocation`` model, nodes are then moved one at a time while
     each move lowers what the generated code allocates and keeps the estimate
-    no higher than stock's (``moved_<m>``,
+    no higher than stock's, from that order and then from the other
+    candidates in rank with the replays left (``moved_<m>``, ``m`` the
+    start's method,
     :func:`~reorder.budget.allocation_search.lower_allocated_peak`). The
     budget's verdict reads what the kept order's code really allocates
     (:func:`~reorder.inductor.compiled_budget.check_generated`).
@@ -265,15 +267,19 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, options
         if all(peaks[method] <= peaks[stock] for peaks in table.values()):
             scored.append((allocated(candidate), estimate_peak_memory(real_graph, candidate).peak,
                            table[points[0][0]][method], method, candidate))
-    allocated_peak, real_peak, peak, method, order = min(scored, key=lambda s: s[:3])
+    scored.sort(key=lambda s: s[:3])
+    allocated_peak, real_peak, peak, method, order = scored[0]
     if allocation is not None:
         def no_higher_than_stock(candidate: list[int]) -> bool:
             found = peaks_at_points(graph, {"moved": candidate, "stock": result.orders[stock]}, points)
             return all(peaks["moved"] <= peaks["stock"] for peaks in found.values())
 
-        moved, moved_peak = lower_allocated_peak(allocation, order, no_higher_than_stock)
-        if moved_peak < allocated_peak:
-            allocated_peak, order, method = moved_peak, moved, f"moved_{method}"
+        starts: dict[tuple[int, ...], str] = {}
+        for *_, start_method, candidate in scored:  # best first, each distinct order once
+            starts.setdefault(tuple(candidate), start_method)
+        moved = lower_allocated_peak(allocation, [list(o) for o in starts], no_higher_than_stock)
+        if moved.peak < allocated_peak:
+            allocated_peak, order, method = moved.peak, moved.order, f"moved_{list(starts.values())[moved.start]}"
             real_peak = estimate_peak_memory(real_graph, order).peak
             peak = estimate_peak_memory(graph, order).peak
     stock_real_peak = estimate_peak_memory(real_graph, result.orders[stock]).peak
