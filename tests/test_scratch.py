@@ -175,3 +175,40 @@ def test_a_compiled_kernels_scratch_is_measured_in_the_layout_its_operands_arriv
         assert scratch.scratch_in_layout(probe, strides, shapes) == max(0, peak - produced)
     assert scratch.scratch_in_layout(probe, strides, [(1, *shapes[0][1:]), *shapes[1:]]) is None
     assert scratch.probe_of(next(n for n in gm.graph.nodes if n.op == "placeholder")) is None
+
+
+def test_the_flash_attention_backwards_scratch_is_what_running_it_allocates():
+    """The CPU's flash attention allocates per-thread blocks of the attention matrix inside its kernels: the step
+    graph of an attention layer's training step counts them on its forward and backward nodes, as running the
+    operators by hand measures them, and with the rewrite switched off, counts nothing."""
+    torch.manual_seed(0)
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(32, 96)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).view(4, 64, 3, 2, 16).permute(2, 0, 3, 1, 4)
+            return nn.functional.scaled_dot_product_attention(q, k, v)
+
+    model = Attention()
+    captured = []
+
+    def capture(gm, joint_inputs, **kwargs):
+        captured.append((gm, step_graph_from_joint(gm, kwargs["num_fwd_outputs"],
+                                                   kwargs["static_lifetime_input_indices"]),
+                         step_graph_from_joint(gm, kwargs["num_fwd_outputs"],
+                                               kwargs["static_lifetime_input_indices"],
+                                               model_rewrites=("convolution_scratch",))))
+        return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+
+    run(step_of(model, capture), model, torch.randn(4, 64, 32))
+    ((gm, graph, without),) = captured
+    attention = [n for n in gm.graph.nodes if n.target in (aten._scaled_dot_product_flash_attention_for_cpu.default,
+                                                           aten._scaled_dot_product_flash_attention_for_cpu_backward.default)]
+    assert len(attention) == 2, [n.target for n in gm.graph.nodes]
+    for node in attention:
+        v = graph.index[node.name]
+        assert graph.scratch[v] == direct_scratch(node, channels_last=False) > 0
+        assert without.scratch[without.index[node.name]] == 0

@@ -133,7 +133,6 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
     op_types = get_default_op_list()
     channels_last = applies("layout_optimisation", model_rewrites) and _layout_optimised(joint_module)
     owned = _layout_copies(joint_module) if channels_last and applies("layout_copies", model_rewrites) else set()
-    probes = applies("convolution_scratch", model_rewrites)
     addmm = _backward_addmm(joint_module, info) if applies("backward_addmm", model_rewrites) else {}
     # a layout-optimised forward hands its values (and what a plain backward derives from them) over channels-last
     from_forward = frozenset()
@@ -173,7 +172,8 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
                      and product is None)
         flops = _flops(product) + numel(val) if product is not None else _flops(node)
         policy = recompute_policy(node)
-        scratch = scratch_bytes(node, channels_last=False, channels_last_values=from_forward) if probes else 0
+        scratch = scratch_bytes(node, channels_last=False, channels_last_values=from_forward,
+                                model_rewrites=model_rewrites)
         specs.append(StepNodeSpec(
             node.name, role, args,
             bytes=0 if view or tuple_valued else nbytes(val),
@@ -188,7 +188,8 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
             available_to_backward=info.is_required_bw(node) and node not in info.tangents_closure,
             size_symbol=isinstance(val, torch.SymInt),
             scratch=scratch,
-            scratch_channels_last=scratch_bytes(node, channels_last=True) if channels_last and probes else scratch,
+            scratch_channels_last=scratch_bytes(node, channels_last=True, model_rewrites=model_rewrites)
+            if channels_last else scratch,
             sets_channels_last=channels_last and node.target is torch.ops.aten.convolution.default,
         ))
     return build_step_graph(specs, [o.name for o in forward_outputs if isinstance(o, torch.fx.Node)],

@@ -57,7 +57,6 @@ from ..budget.step_peak import donated_values, free_values, programs_of, step_pe
 from .adapter import graph_being_compiled
 from .compiled_budget import RegionPlan, expect_region
 from .joint_adapter import inputs_not_channels_last, recompute_policy, saved_names, step_graph_from_joint
-from .rewrites import applies
 from .releases import hook_base
 from .scratch import probe_of
 from .session import FallbackRecord, PartitionRecord, Session, SessionBound, source_hash
@@ -182,7 +181,7 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
             plan = RegionPlan(record, names(free_values(graph, chosen.partition)),
                               names(donated_values(graph, chosen.partition)),
                               {kind: _scratch_by_name(program) for kind, program in programs.items()},
-                              probes=_probes(gm) if applies("convolution_scratch", self.options.model_rewrites) else {},
+                              probes=_probes(gm, self.options.model_rewrites),
                               layout_copies=inputs_not_channels_last(gm))
         return record, modules, plan
 
@@ -211,10 +210,11 @@ def _saved(graph, forward_module, num_fwd_outputs: int, joint_module) -> list[in
     return [graph.index[n] for n in saved_names(forward_module, num_fwd_outputs, joint_module) if n in graph.index]
 
 
-def _probes(gm) -> dict[str, tuple]:
-    """The joint graph's probed nodes by name (:func:`~reorder.inductor.scratch.probe_of`): their kernels are
-    measured again in the layouts Inductor compiles them with (:func:`~reorder.inductor.compiled_budget.kernel_scratch`)."""
-    return {node.name: probe for node in gm.graph.nodes if (probe := probe_of(node)) is not None}
+def _probes(gm, model_rewrites: tuple[str, ...] | None) -> dict[str, tuple]:
+    """The joint graph's probed nodes by name (:func:`~reorder.inductor.scratch.probe_of`, those whose rewrite
+    is on): their kernels are measured again in the layouts Inductor compiles them with
+    (:func:`~reorder.inductor.compiled_budget.kernel_scratch`)."""
+    return {node.name: probe for node in gm.graph.nodes if (probe := probe_of(node, model_rewrites)) is not None}
 
 
 def _scratch_by_name(program) -> dict[str, int]:

@@ -61,6 +61,12 @@ REWRITES: tuple[Rewrite, ...] = (
             "torch/_inductor/kernel/conv.py: convolution lowering (operands' stride orders); ATen's oneDNN kernels",
             THROUGH_2_15, "tests/test_scratch.py::test_a_plain_programs_operands_are_laid_out_and_copied_as_inductor_"
             "lowers_them (strides against the generated code's)"),
+    Rewrite("attention_scratch",
+            "the CPU's flash attention, forward and backward, allocates per-thread blocks of the attention matrix "
+            "while it runs, measured by running it once",
+            "torch/_inductor/lowering.py: _scaled_dot_product_flash_attention_for_cpu(_backward), extern "
+            "fallbacks; ATen's native/cpu/FlashAttentionKernel.cpp", THROUGH_2_15,
+            "tests/test_scratch.py::test_the_flash_attention_backwards_scratch_is_what_running_it_allocates"),
     Rewrite("backward_addmm",
             "a backward add(mm(a, b), c) is one addmm that runs where the addition runs; of two products added, "
             "the second argument's is folded",

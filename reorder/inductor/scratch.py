@@ -8,8 +8,12 @@ a backward convolution on plain (NCHW) tensors allocates about its input
 and its output gradient again, and a depthwise backward convolution on
 channels-last tensors with a 5x5 or 7x7 kernel allocates about
 ``channels x kernel area x 1 KB`` for its weight gradient (14.8 MB for a
-576-channel 5x5 convolution whose tensors hold 73 KB). Nothing models this;
-the kernel's own allocations show it, so this module measures them.
+576-channel 5x5 convolution whose tensors hold 73 KB). The CPU's
+flash attention (``_scaled_dot_product_flash_attention_for_cpu`` and its
+backward) allocates blocks of the attention matrix for each thread (65,664 B
+in the backward at ALBERT's benchmark shapes on two threads), so its figure
+follows ``torch.get_num_threads()``. Nothing models this; the kernel's own
+allocations show it, so this module measures them.
 
 :func:`scratch_bytes` runs the node's operator once on tensors of its
 shapes and dtype, on its device, in the layout its program will hand it,
@@ -43,23 +47,29 @@ from collections.abc import Container
 from typing import Any
 
 from .fx_values import nbytes, size_hint
+from .rewrites import applies
 
 __all__ = ["PROBE_LIMIT_BYTES", "PROBED", "probe_of", "scratch_bytes", "scratch_in_layout"]
 
-#: Operators whose scratch is measured: the extern kernels with large workspaces.
-PROBED = ("aten::convolution", "aten::convolution_backward")
+#: Operators whose scratch is measured (the extern kernels with large workspaces), each with the rewrite of
+#: :data:`~reorder.inductor.rewrites.REWRITES` that switches it.
+PROBED = {"aten::convolution": "convolution_scratch", "aten::convolution_backward": "convolution_scratch",
+          "aten::_scaled_dot_product_flash_attention_for_cpu": "attention_scratch",
+          "aten::_scaled_dot_product_flash_attention_for_cpu_backward": "attention_scratch"}
 
 #: Largest operands a probe allocates (inputs and outputs together); bigger nodes count 0.
 PROBE_LIMIT_BYTES = 1 << 30
 
 
-def is_probed(node) -> bool:
-    """Whether ``node`` calls one of the :data:`PROBED` operators."""
+def is_probed(node, model_rewrites: tuple[str, ...] | None = None) -> bool:
+    """Whether ``node`` calls one of the :data:`PROBED` operators and its rewrite is on under ``model_rewrites``
+    (``HookOptions.model_rewrites``; None: all)."""
     schema = getattr(getattr(node.target, "_schema", None), "name", None)
-    return node.op == "call_function" and schema in PROBED
+    return node.op == "call_function" and schema in PROBED and applies(PROBED[schema], model_rewrites)
 
 
-def scratch_bytes(node, channels_last: bool, channels_last_values: Container = frozenset()) -> int:
+def scratch_bytes(node, channels_last: bool, channels_last_values: Container = frozenset(),
+                  model_rewrites: tuple[str, ...] | None = None) -> int:
     """Bytes ``node``'s operator allocates and frees while it runs, in the given layout, with the copies of its
     operands Inductor makes for it (see the module docstring); 0 for an operator not probed or a probe that cannot
     run (a failed probe is not cached: a later compile tries again).
@@ -67,7 +77,7 @@ def scratch_bytes(node, channels_last: bool, channels_last_values: Container = f
     ``channels_last_values``: in a program without layout optimisation, the operands (fx nodes) that arrive
     channels-last all the same: values a layout-optimised forward computed, or that the program derives from them
     (the joint graph's strides say contiguous; the runtime's do not)."""
-    if not is_probed(node):
+    if not is_probed(node, model_rewrites):
         return 0
     try:  # under a running profiler ``measure`` refuses: counted 0, not cached
         signature = _signature(node, channels_last, channels_last_values)
@@ -81,11 +91,11 @@ def scratch_bytes(node, channels_last: bool, channels_last_values: Container = f
         return 0
 
 
-def probe_of(node) -> tuple | None:
+def probe_of(node, model_rewrites: tuple[str, ...] | None = None) -> tuple | None:
     """``(operator, arguments)`` of a probed fx ``node`` as hashable data (its tensors in the joint graph's
     strides), for :func:`scratch_in_layout` once the compiled kernel's layouts are known; None for a node not
     probed or one that cannot be."""
-    if not is_probed(node):
+    if not is_probed(node, model_rewrites):
         return None
     signature = _signature(node, channels_last=False)
     return None if signature is None else (node.target, signature)
