@@ -13,10 +13,7 @@ DeBERTa-v2's backward under a budget, orders of the same estimate allocate
 :func:`lower_allocated_peak` is a first-improvement local search over an
 order: each node in turn is tried at the earliest and the latest step its
 predecessors and successors allow, and halfway to each; a move is kept
-when it lowers the allocated peak (:meth:`~reorder.budget.allocation_model.AllocationModel.peak`),
-or keeps it and lowers the allocated bytes summed over the steps (so that
-the search crosses orders of one peak: on ALBERT-QA's backward at 0.806,
-moves by the peak alone stop at 14.08 MB and cross to 14.01 MB this way),
+when it lowers the allocated peak (:meth:`~reorder.budget.allocation_model.AllocationModel.peak`)
 and the caller's ``allowed`` accepts the new order (the reorder pass keeps
 Inductor's estimate at or under stock's). Passes repeat until one moves
 nothing or the count of replays (``evaluations``) is spent: the same graph
@@ -28,7 +25,11 @@ first) with what the searches before it left of the count: on BERT-MLM's
 backward at 0.917, the best-scored start ends at 37.38 MB and the second
 reaches 36.86 MB (measured: 36,863,624 B). The first start has the whole
 count, so where the later ones find nothing lower, the order is the one a
-single start gives.
+single start gives. With the replays still left, the search then goes on
+from the best order found, also keeping a move that keeps its peak and
+lowers the allocated bytes summed over the steps: it crosses orders of one
+peak to lower ones (on ALBERT-QA's backward at 0.806, from 14.08 MB to
+14.01 MB), and never raises the peak the first phase found.
 """
 
 from __future__ import annotations
@@ -56,27 +57,31 @@ def lower_allocated_peak(model: AllocationModel, starts: Sequence[Sequence[int]]
                          allowed: Callable[[list[int]], bool], evaluations: int = EVALUATIONS) -> Moved:
     """The order of lowest allocated peak that moves from ``starts`` reach (see the module docstring): the search
     runs from each start in turn, the first with the whole count of replays and each next one with what the
-    searches before it left; a later start's result is kept only when it scores lower (:func:`_score`; the first
-    start itself when no move helps)."""
-    best, best_score = Moved(list(starts[0]), model.peak(starts[0]), 0), _score(model, starts[0])
+    searches before it left, a later start's result kept only when its peak is lower; then, with the replays
+    still left, from the best order found across orders of its peak by the bytes allocated over the steps
+    (which never raises the peak). The first start itself when no move helps."""
+    best = Moved(list(starts[0]), model.peak(starts[0]), 0)
     left = evaluations
     for index, start in enumerate(starts):
         if left <= 0:
             break
-        found, score, spent = _descend(model, start, allowed, left)
+        found, (peak, _), spent = _descend(model, start, allowed, left, by_area=False)
         left -= spent
-        if score < best_score:
-            best, best_score = Moved(found, score[0], index), score
+        if peak < best.peak:
+            best = Moved(found, peak, index)
+    if left > 0:
+        found, (peak, _), _ = _descend(model, best.order, allowed, left, by_area=True)
+        best = Moved(found, peak, best.start)
     return best
 
 
 def _descend(model: AllocationModel, order: Sequence[int], allowed: Callable[[list[int]], bool],
-             evaluations: int) -> tuple[list[int], tuple[int, int], int]:
+             evaluations: int, by_area: bool) -> tuple[list[int], tuple[int, int], int]:
     """First-improvement moves from ``order`` until a pass moves nothing or ``evaluations`` replays are spent:
     the order reached, its :func:`_score` and the replays spent."""
     graph = model.graph
     current = list(order)
-    score = _score(model, current)
+    score = _score(model, current, by_area)
     spent, moved = 0, True
     while moved and spent < evaluations:
         moved = False
@@ -91,7 +96,7 @@ def _descend(model: AllocationModel, order: Sequence[int], allowed: Callable[[li
                 candidate = current[:i] + current[i + 1:]
                 candidate.insert(j, v)
                 spent += 1
-                candidate_score = _score(model, candidate)
+                candidate_score = _score(model, candidate, by_area)
                 if candidate_score < score and allowed(candidate):
                     current, score, moved = candidate, candidate_score, True
                     position = _positions(current)
@@ -99,10 +104,11 @@ def _descend(model: AllocationModel, order: Sequence[int], allowed: Callable[[li
     return current, score, spent
 
 
-def _score(model: AllocationModel, order: Sequence[int]) -> tuple[int, int]:
-    """What a move must lower: the allocated peak, then the allocated bytes summed over the steps."""
+def _score(model: AllocationModel, order: Sequence[int], by_area: bool) -> tuple[int, int]:
+    """What a move must lower: the allocated peak, then (``by_area``) the allocated bytes summed over the
+    steps."""
     live, during = model.live(order)
-    return peak_of(live, during)[0], sum(live)
+    return peak_of(live, during)[0], sum(live) if by_area else 0
 
 
 def _positions(order: Sequence[int]) -> list[int]:
