@@ -278,20 +278,6 @@ def test_nodes_move_while_what_the_generated_code_allocates_falls():
                                 evaluations=4) == ([0, 1, 2, 3], 2710, 0)
 
 
-def test_a_move_that_keeps_the_peak_is_kept_when_it_allocates_less_over_the_steps():
-    """Producing the small value first or the big one first peaks alike (both live when ``end`` runs); the big
-    one produced last holds its bytes for fewer steps. Moves that must lower the peak stop at a local minimum
-    such as the first order (on ALBERT-QA's backward at 0.806: 14.08 MB, where the area's moves reach 14.01 MB)."""
-    g = build_graph(
-        [NodeSpec("big", [BufferSpec("big", 100)], reads=[]),
-         NodeSpec("small", [BufferSpec("small", 10)], reads=[]),
-         NodeSpec("end", [BufferSpec("end", 1)], reads=["big", "small"])],
-        [], ["end"])
-    model = AllocationModel(g, (False,) * 3, (False,) * g.num_buffers)
-    assert model.peak([0, 1, 2]) == model.peak([1, 0, 2]) == 111
-    assert lower_allocated_peak(model, [[0, 1, 2]], lambda order: True) == ([1, 0, 2], 111, 0)
-
-
 def test_a_budgeted_graph_is_ordered_by_what_its_generated_code_allocates():
     """Our methods keep the listed order (the lowest estimate, 3010 B, first found); in a budgeted region's
     backward the pass keeps an order of the same estimate whose generated code allocates 2110 B instead of 2710 B:
