@@ -205,8 +205,9 @@ def test_the_flash_attention_backwards_scratch_is_what_running_it_allocates():
 
     run(step_of(model, capture), model, torch.randn(4, 64, 32))
     ((gm, graph, without),) = captured
-    attention = [n for n in gm.graph.nodes if n.target in (aten._scaled_dot_product_flash_attention_for_cpu.default,
-                                                           aten._scaled_dot_product_flash_attention_for_cpu_backward.default)]
+    flash = (aten._scaled_dot_product_flash_attention_for_cpu.default,
+             aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+    attention = [n for n in gm.graph.nodes if n.target in flash]
     assert len(attention) == 2, [n.target for n in gm.graph.nodes]
     for node in attention:
         v = graph.index[node.name]

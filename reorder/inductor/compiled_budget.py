@@ -423,9 +423,10 @@ def model_of_nodes(session: Session | None, graph_name: str, nodes: list, graph:
         grouped = kernel_groups(nodes) if applies("kernel_groups", session.options.model_rewrites) else None
         writable = in_place_inputs(nodes) if applies("in_place_reads", session.options.model_rewrites) else None
         kernels = kernel_scratch(*planned, [node.node for node in nodes if node.is_extern()])
-        local = kernel_local_buffers(nodes) if applies("kernel_local_buffers", session.options.model_rewrites) else ()
+        local = kernel_local_buffers(nodes) if applies("kernel_local_buffers", session.options.model_rewrites) \
+            else frozenset()
         if applies("outer_loop_local_buffers", session.options.model_rewrites):
-            local = frozenset(local) | outer_loop_local_buffers(nodes)
+            local |= outer_loop_local_buffers(nodes)
         return compiled_model(session, graph_name, graph, generated_kernels(nodes), origin_names(nodes), decided_by,
                               grouped, writable, kernels, local)
     except Exception as exc:  # noqa: BLE001 - the user's compile must go on
