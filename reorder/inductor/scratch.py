@@ -86,7 +86,7 @@ def scratch_bytes(node, channels_last: bool, channels_last_values: Container = f
         copied = 0
         if not channels_last:
             signature, copied = _as_lowered(node.target, signature)
-        return copied + _measured(node.target, signature)
+        return copied + _measured_now(node.target, signature)
     except Exception:  # noqa: BLE001 - an unknown scratch counts 0, as Inductor counts it
         return 0
 
@@ -114,7 +114,7 @@ def scratch_in_layout(probe: tuple, strides: list[tuple[int, ...]], shapes: list
     for i, laid_out in zip(tensors, strides):
         args[i] = ("tensor", args[i][1], args[i][2], tuple(laid_out))
     try:
-        return _measured(target, tuple(args))
+        return _measured_now(target, tuple(args))
     except Exception:  # noqa: BLE001 - an unknown scratch is the probe's estimate, never a failed compile
         return None
 
@@ -235,10 +235,19 @@ def _follows_order(shape: tuple[int, ...], strides: tuple[int, ...], order: list
     return all(left <= right for left, right in zip(by_rank, by_rank[1:]))
 
 
+def _measured_now(target, signature: tuple) -> int:
+    """:func:`_measured` under the running thread count: kernels that allocate per-thread blocks (the CPU's flash
+    attention) allocate more on more threads, so a figure measured on one count never answers for another."""
+    import torch
+
+    return _measured(target, signature, torch.get_num_threads())
+
+
 @functools.lru_cache(maxsize=4096)
-def _measured(target, signature: tuple) -> int:
+def _measured(target, signature: tuple, threads: int) -> int:
     """Run ``target`` once on CPU tensors made from ``signature`` and return its peak above its start less its
-    outputs' bytes (an error propagates, so that a failed probe is not cached)."""
+    outputs' bytes (an error propagates, so that a failed probe is not cached). ``threads``, the thread count it
+    runs under, is part of the cache's key (:func:`_measured_now`)."""
     import torch
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
