@@ -184,7 +184,7 @@ def test_budget_checks_of_a_known_row():
     cached = budget_cached("ViTForImageClassification")
     row = budget_row(cached)
     assert [p.fraction for p in row.ours] == [1.0, 0.893, 0.787, 0.68, 0.574]
-    assert [p.real_peak for p in row.ours] == [9834728, 7440848, 5038480, 5038480, 5038480]
+    assert [p.real_peak for p in row.ours] == [9834216, 7440848, 5038480, 5038480, 5038480]
     assert row.stock.real_peak == 10637776 and row.monotone and row.within_budget and row.full_not_above_stock
     assert all(p.feasible and p.real_peak <= p.budget_bytes * 1.02 for p in row.ours)
     assert round(row.saving, 3) == 0.526 and row.lowest.fraction == 0.787
@@ -224,18 +224,18 @@ def test_a_step_of_two_regions_is_judged_by_the_region_where_its_estimate_peaks(
 
 
 def test_a_budget_the_compiled_graphs_exceed_is_not_called_met():
-    """T5 at 0.69: the plan's estimate (46.93 MB) meets the budget (46.98 MB); the code Inductor generated from it
-    allocates 48.91 MB (read from its lines), and the step measures 48.91 MB, 8 B more. The record says not met, so the row
-    is within budget; with the plan's verdict alone it was not."""
+    """ALBERT-MLM at 0.891: the plan's estimate (38.27 MB) meets the budget (38.31 MB); the code Inductor generated
+    from it allocates 40.01 MB (read from its lines), and the step measures 40.01 MB, 8 B more. The record says not
+    met, so the row is within budget; with the plan's verdict alone it was not."""
     from benchmarks.real.budget_report import budget_row
 
-    cached = budget_cached("T5ForConditionalGeneration")
+    cached = budget_cached("AlbertForMaskedLM")
     row = budget_row(cached)
-    point = next(p for p in row.ours if p.fraction == 0.69)
+    point = next(p for p in row.ours if p.fraction == 0.891)
     assert point.estimate <= point.budget_bytes < point.compiled_estimate and not point.feasible
     assert point.real_peak > point.budget_bytes * 1.02 and row.within_budget
     assert all(abs(e) < 0.005 for e in row.compiled_errors())  # the generated code's replay within 0.5% of the meter
-    for record in cached["variants"]["ours 0.69"]["records"]:
+    for record in cached["variants"]["ours 0.891"]["records"]:
         if record["kind"] == "partition":
             record["feasible"], record["compiled_peak"] = True, None
     assert not budget_row(cached).within_budget
