@@ -169,6 +169,30 @@ def test_budgets_lower_the_estimate_monotonically_with_the_same_numbers_as_stock
     assert not records[-1].feasible and records[-1].peak == min(p for _, p in records[-1].frontier)
 
 
+def test_a_budget_stock_meets_builds_no_other_partition(monkeypatch):
+    """At 1.0 (or any budget at least stock's estimate) stock is the choice whatever the others reach, so neither
+    Inductor's budgets nor our candidates are built: the compile is stock's, the record's frontier is empty and
+    the frontier table says how to see the others."""
+    import reorder.inductor.partitioner as partitioner
+
+    def never(*args, **kwargs):
+        raise AssertionError("a candidate was built for a budget stock meets")
+
+    monkeypatch.setattr(partitioner, "frontier", never)
+    monkeypatch.setattr(partitioner, "_inductor_choices", never)
+    model, x = mlp(), torch.randn(64, 64)
+    stock = run(step_of(model, min_cut_rematerialization_partition), model, x)
+    for budget in (1.0, 10**12):
+        with hook.use(memory_budget=budget) as session:
+            ours = run(step_of(model, BudgetPartitioner(session)), model, x)
+        assert all(torch.equal(a, b) for a, b in zip(ours, stock, strict=True))
+        (record,) = session.partitions
+        assert session.fallbacks == [] and record.source == "inductor" and record.feasible
+        assert record.peak == record.stock_peak <= record.budget_bytes and record.frontier == ()
+        assert [stage for stage, _ in record.stages] == ["joint graph", "stock's estimate", "partition made"]
+        assert "no other was built" in session.frontier()
+
+
 def test_the_fallback_keeps_inductors_partition_and_warns(monkeypatch, caplog):
     import reorder.inductor.partitioner as partitioner
 

@@ -7,8 +7,8 @@ For each training row of the real-model benchmark (bench size), in one process:
 
 * **stock**: ``torch.compile``;
 * **ours**: ``reorder.inductor.use(memory_budget=f)`` at ``--points`` fractions ``f`` of stock's estimated step
-  peak, evenly spaced from 1.0 down to the smallest one our frontier reaches (read from the records of the
-  compile at 1.0);
+  peak, evenly spaced from 1.0 down to the smallest one our frontier reaches (read from the records of a compile
+  under :data:`EXPLORE`, below every point: at 1.0 no partition but stock's is built);
 * **Inductor's** ``torch._functorch.config.activation_memory_budget`` at the same fractions (its 1.0 is stock).
 
 Every variant compiles a fresh copy of the same seeded model, with an Inductor backend of its own (so that
@@ -66,6 +66,10 @@ __all__ = ["fractions_for", "main", "refresh_records", "run_row", "variants_for"
 POINTS = 5
 ROUNDS = 21
 
+#: The fraction of the compile whose records give the row's frontier: below every partition's estimate, so the
+#: partitioner builds them all (at 1.0 it keeps stock's and builds none).
+EXPLORE = 0.001
+
 
 def ours(fraction: float) -> Variant:
     return hooked(f"ours {fraction:g}", f"torch.compile with reorder.inductor.use(memory_budget={fraction:g})",
@@ -83,7 +87,7 @@ STOCK = functorch("stock", "torch.compile, Inductor as configured by default")
 
 def fractions_for(records, points: int = POINTS) -> list[float]:
     """``points`` fractions from 1.0 down to the smallest our frontier reaches in every region that has points
-    below stock (records of the compile at 1.0), rounded up to 0.001; only 1.0 when no region has one. (A region
+    below stock (records of a compile under :data:`EXPLORE`), rounded up to 0.001; only 1.0 when no region has one. (A region
     without points, a loss compiled apart, say, is then over its budget, which its record says.)"""
     partitions = [r for r in records if isinstance(r, PartitionRecord) and r.frontier]
     lowest = max((min(p for _, p in r.frontier) / r.stock_peak for r in partitions), default=1.0)
@@ -169,10 +173,10 @@ def run_row(name: str, size: str = "bench", points: int = POINTS, rounds: int = 
     base = base.to(device)
     inputs = {k: v.to(device) for k, v in inputs.items()}
     torch._dynamo.reset()
-    first = _prepare(base, inputs, "ours", 1.0, ours(1.0), device)
-    fractions = fractions_for(load_records({"records": first.records}), points)
-    prepared = [_prepare(base, inputs, kind, f, v, device) if v.name != first.variant.name else first
-                for kind, f, v in variants_for(fractions)]
+    explored = _prepare(base, inputs, "ours", EXPLORE, ours(EXPLORE), device)
+    fractions = fractions_for(load_records({"records": explored.records}), points)
+    del explored
+    prepared = [_prepare(base, inputs, kind, f, v, device) for kind, f, v in variants_for(fractions)]
     compiled = unique_graphs()
     peaks = {}
     for p in prepared:

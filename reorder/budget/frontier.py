@@ -44,7 +44,8 @@ from .segments import SEGMENTS, segment_boundaries
 from .step_graph import StepGraph
 from .step_peak import ORDER_METHODS, StepPeak, step_peak
 
-__all__ = ["PRICES", "RESOLUTION", "SEGMENT_PRICES", "Candidate", "Choice", "Frontier", "frontier", "price_label"]
+__all__ = ["PRICES", "RESOLUTION", "SEGMENT_PRICES", "Candidate", "Choice", "Frontier", "candidate_of", "frontier",
+           "price_label"]
 
 #: Prices of recomputation tried, in bytes saved per unit of cost: None (infinite: recompute nothing), powers of
 #: two from 16 down to 2**-24 (a matrix product of inner size k frees about 2/k bytes per operation, an attention
@@ -116,18 +117,25 @@ class Frontier:
         return Choice(self.lowest, budget, False)
 
 
-def frontier(graph: StepGraph, stock_saved: Iterable[int], prices: Sequence[Fraction | None] = PRICES,
+def candidate_of(graph: StepGraph, saved: Iterable[int], source: str, methods: Sequence[str] = ORDER_METHODS,
+                 held_before: int = 0) -> Candidate:
+    """The partition that saves ``saved`` (stock's: the values Inductor saves) with its estimated step peak."""
+    partition = partition_of(graph, saved)
+    return Candidate(partition, step_peak(graph, partition, methods, held_before), source)
+
+
+def frontier(graph: StepGraph, stock: Candidate | Iterable[int], prices: Sequence[Fraction | None] = PRICES,
              segments: Sequence[int] = SEGMENTS, segment_prices: Sequence[Fraction] = SEGMENT_PRICES,
              methods: Sequence[str] = ORDER_METHODS, held_before: int = 0,
              offered: Mapping[str, Iterable[int]] | None = None, resolution: float = RESOLUTION) -> Frontier:
-    """Stock's partition (the values Inductor saves, ``stock_saved``) and the frontier of the other candidates;
-    ``held_before``: bytes earlier compiled regions of the step hold (see :func:`~reorder.budget.step_peak.step_peak`);
-    ``offered``: more saved sets by name (one that is not a valid partition is left out); ``resolution``: the
-    least drop in estimate, below every cheaper point, as a fraction of stock's estimate (see the module
-    docstring)."""
-    stock_partition = partition_of(graph, stock_saved)
-    stock = Candidate(stock_partition, step_peak(graph, stock_partition, methods, held_before), "inductor")
-    seen = {stock_partition.saved}
+    """Stock's candidate (:func:`candidate_of`, or the values Inductor saves) and the frontier of the other
+    candidates; ``held_before``: bytes earlier compiled regions of the step hold (see
+    :func:`~reorder.budget.step_peak.step_peak`); ``offered``: more saved sets by name (one that is not a valid
+    partition is left out); ``resolution``: the least drop in estimate, below every cheaper point, as a fraction
+    of stock's estimate (see the module docstring)."""
+    if not isinstance(stock, Candidate):
+        stock = candidate_of(graph, stock, "inductor", methods, held_before)
+    seen = {stock.partition.saved}
     candidates = []
     plans = [((), price, f"price {price_label(price)}") for price in prices]
     for count in segments:

@@ -11,7 +11,10 @@ for each compiled region's joint forward-backward graph
    saved bytes plus priced recomputation (whole, and in checkpoint
    segments), and the partitions of Inductor's own
    ``activation_memory_budget`` at :data:`INDUCTOR_BUDGETS`, each judged by
-   the step's estimated peak;
+   the step's estimated peak; when the budget is at least stock's estimated
+   step peak (a fraction of 1.0, say), stock is the choice whatever the
+   others reach, so none of them is built (the record's ``frontier`` is
+   empty; that saves most of what the partitioner adds to a compile);
 3. picks the cheapest one within the budget (stock itself when stock fits);
 4. hands it to Inductor's min-cut partitioner as ``torch.utils.checkpoint``
    policies on the joint graph's nodes (``node.meta["recompute"]``:
@@ -51,7 +54,7 @@ import logging
 import threading
 import time
 
-from ..budget.frontier import Candidate, frontier
+from ..budget.frontier import Candidate, Frontier, candidate_of, frontier
 from ..budget.partition import partition_of
 from ..budget.step_peak import donated_values, free_values, programs_of, step_peak
 from .adapter import graph_being_compiled
@@ -126,15 +129,20 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
                                       inputs_are_activations=bool(earlier),
                                       model_rewrites=self.options.model_rewrites)
         lap("joint graph")
-        offered = {f"inductor budget {b:g}": [graph.index[n] for n in names if n in graph.index]
-                   for b, names in _inductor_choices(gm, joint_inputs, kwargs, INDUCTOR_BUDGETS).items()}
-        lap("inductor budgets")
-        front = frontier(graph, _saved(graph, stock[0], num_fwd_outputs, gm), held_before=held_before,
-                         offered=offered)
-        lap("frontier")
-        stock_peak = front.stock.peak.peak - held_before + sum(r.stock_saved_bytes for r in earlier.values())
+        stock_candidate = candidate_of(graph, _saved(graph, stock[0], num_fwd_outputs, gm), "inductor",
+                                       held_before=held_before)
+        stock_peak = stock_candidate.peak.peak - held_before + sum(r.stock_saved_bytes for r in earlier.values())
         budget = self.options.memory_budget
         budget_bytes = budget if isinstance(budget, int) else max(1, int(budget * stock_peak))
+        lap("stock's estimate")
+        if budget_bytes >= stock_candidate.peak.peak:  # stock is the choice whatever the others reach
+            front = Frontier(stock_candidate, ())
+        else:
+            offered = {f"inductor budget {b:g}": [graph.index[n] for n in names if n in graph.index]
+                       for b, names in _inductor_choices(gm, joint_inputs, kwargs, INDUCTOR_BUDGETS).items()}
+            lap("inductor budgets")
+            front = frontier(graph, stock_candidate, held_before=held_before, offered=offered)
+            lap("frontier")
         choice = front.choose(budget_bytes)
         chosen, modules, note = choice.candidate, stock, ""
         if not choice.is_stock:

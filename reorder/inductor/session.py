@@ -390,7 +390,9 @@ class PartitionRecord(_Record):
     matrix products, convolutions and attention, one per element written for
     the others), each beside stock's. ``frontier``: ``(recompute cost,
     estimated peak)`` of every partition below stock's estimate that the
-    choice was made from. ``held_before``: what earlier regions of the same
+    choice was made from; empty where the budget is at least stock's estimate
+    (stock is then the choice, and no other partition is built).
+    ``held_before``: what earlier regions of the same
     session saved, which this region's estimates include (a step compiled in
     several regions holds them while this one runs); ``stock_peak`` then
     counts what the earlier regions' stock partitions saved. ``digest``: the
@@ -413,7 +415,7 @@ class PartitionRecord(_Record):
     ``feasible`` is ``measured_peak <= budget_bytes``, the meter's verdict.
     ``stages``: where ``seconds`` went, ``(stage, seconds)`` in order:
     ``joint graph`` (our conversion, convolution scratch probes included),
-    ``inductor budgets`` (Inductor's partitioner at every tenth of its own
+    ``stock's estimate``, ``inductor budgets`` (Inductor's partitioner at every tenth of its own
     ``activation_memory_budget``, candidates of ours), ``frontier`` (minimum
     cuts, segments and every candidate's estimate), ``partition made``
     (Inductor's min-cut with our choice as policies).
@@ -591,8 +593,12 @@ class Session:
                      f"{(cost - r.stock_recomputed_flops) / 1e9:+.3g}",
                      "<- chosen" if peak == r.peak and (k == 0) == (r.source == "inductor") else ""]
                     for k, (cost, peak) in enumerate(points)]
-            tables.append(f"{r.graph} (budget {format_bytes(r.budget_bytes)}):\n" + format_table(
-                ["fraction", "estimated step peak", "recomputed GFLOP", "added to stock's", "choice"], rows))
+            table = f"{r.graph} (budget {format_bytes(r.budget_bytes)}):\n" + format_table(
+                ["fraction", "estimated step peak", "recomputed GFLOP", "added to stock's", "choice"], rows)
+            if not r.frontier and r.budget_bytes >= r.stock_peak:
+                table += ("\n(the budget is at least stock's estimate, so stock's partition was kept and no other "
+                          "was built: compile under a budget below 1.0 to see what the others reach)")
+            tables.append(table)
         return "\n\n".join(tables) if tables else "no memory budget was asked for: no region was partitioned"
 
     def measure_step(self, step: Callable[[], Any], device=None):
