@@ -263,7 +263,10 @@ def _inductor_choices(gm, joint_inputs, kwargs: dict, budgets) -> dict[float, li
     * it is stopped where it would build the forward and backward graphs from its choice
       (``_extract_fwd_bwd_modules``, half its time), which a candidate does not need;
     * its minimum cuts (``solve_min_cut``) are remembered across the budgets: below 1.0 every budget first cuts
-      with the same three sets of options, and only the knapsack's last cut depends on the budget.
+      with the same three sets of options, and only the knapsack's last cut depends on the budget;
+    * its common-subexpression pass (``fx_graph_cse``, a third of what is left) runs once: each run makes the
+      pass's result the joint module's graph, so the next run is handed that graph, which has no common
+      subexpression left (a graph the pass did not make is passed through it as before).
 
     Only this thread's calls are changed; a compile in another thread meanwhile runs the partitioner as is."""
     import torch._functorch.partitioners as partitioners
@@ -272,7 +275,8 @@ def _inductor_choices(gm, joint_inputs, kwargs: dict, budgets) -> dict[float, li
     found: dict[float, list[str]] = {}
     with _stopping:
         extract, solve = partitioners._extract_fwd_bwd_modules, partitioners.solve_min_cut
-        caller, cuts = threading.get_ident(), {}
+        cse = getattr(partitioners, "fx_graph_cse", None)
+        caller, cuts, made_by_cse = threading.get_ident(), {}, []
 
         def stop(joint_module, saved_values, *args, **kwargs):
             if threading.get_ident() != caller:
@@ -290,7 +294,17 @@ def _inductor_choices(gm, joint_inputs, kwargs: dict, budgets) -> dict[float, li
             saved, banned = cuts[key]
             return [by_name[name] for name in saved], OrderedSet(by_name[name] for name in banned)
 
+        def once(fx_graph):
+            if threading.get_ident() != caller:
+                return cse(fx_graph)
+            if any(fx_graph is made for made in made_by_cse):
+                return fx_graph
+            made_by_cse.append(cse(fx_graph))
+            return made_by_cse[-1]
+
         partitioners._extract_fwd_bwd_modules, partitioners.solve_min_cut = stop, remembered
+        if cse is not None:
+            partitioners.fx_graph_cse = once
         try:
             for budget in budgets:
                 try:
@@ -301,6 +315,8 @@ def _inductor_choices(gm, joint_inputs, kwargs: dict, budgets) -> dict[float, li
                     found[budget] = saved_names(forward, kwargs["num_fwd_outputs"], gm)
         finally:
             partitioners._extract_fwd_bwd_modules, partitioners.solve_min_cut = extract, solve
+            if cse is not None:
+                partitioners.fx_graph_cse = cse
     return found
 
 
