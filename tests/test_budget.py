@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import allocated_peak, build, graph_specs, random_order
-from reorder.budget import (Frontier, StepNodeSpec, build_step_graph, cheapest_partition, frontier,
+from reorder.budget import (Frontier, StepNodeSpec, build_step_graph, candidate_of, cheapest_partition, frontier,
                             min_cut_source_side, partition_of, segment_boundaries, step_peak)
 from reorder.budget.allocation_model import AllocationModel
-from reorder.budget.frontier import RESOLUTION, Candidate
+from reorder.budget.frontier import RESOLUTION
 from reorder.budget.step_peak import StepPeak, autograd_order, judged_peak, programs_of
 from reorder.errors import GraphError, ReorderError
 from reorder.timeline import estimate_peak_memory
@@ -370,7 +370,7 @@ def test_checkpointing_segments_lowers_the_peak_below_recomputing_everything():
 def test_the_frontier_falls_and_the_choice_is_monotone():
     graph = layers(6)
     stock = partition_of(graph, graph.ids(f"wide{k}" for k in range(6)) + graph.ids(["x"]))
-    front = frontier(graph, stock.saved)
+    front = frontier(graph, candidate_of(graph, stock.saved, "inductor"))
     costs = [p.cost for p in front.points]
     peaks = [p.peak.peak for p in front.points]
     step = int(RESOLUTION * front.stock.peak.peak)
@@ -389,19 +389,18 @@ def test_the_frontier_falls_and_the_choice_is_monotone():
 def test_a_point_joins_the_frontier_only_below_every_cheaper_one_by_the_resolution():
     graph = layers(6)
     stock = partition_of(graph, graph.ids(f"wide{k}" for k in range(6)) + graph.ids(["x"]))
-    fine = frontier(graph, stock.saved, resolution=0.0)
+    fine = frontier(graph, candidate_of(graph, stock.saved, "inductor"), resolution=0.0)
     drops = [a.peak.peak - b.peak.peak for a, b in zip((fine.stock, *fine.points), fine.points)]
     assert len(fine.points) >= 2 and min(drops) > 0
     resolution = (min(drops) + 1) / fine.stock.peak.peak  # the smallest drop no longer counts
-    coarse = frontier(graph, stock.saved, resolution=resolution)
+    coarse = frontier(graph, candidate_of(graph, stock.saved, "inductor"), resolution=resolution)
     assert 0 < len(coarse.points) < len(fine.points)
     assert {p.partition.saved for p in coarse.points} <= {p.partition.saved for p in fine.points}
     assert coarse.lowest.peak.peak >= fine.lowest.peak.peak
 
 def test_a_frontier_without_points_keeps_stock_for_every_budget():
     graph = chain()
-    stock = partition_of(graph, graph.ids(["a", "b", "c", "x"]))
-    front = Frontier(Candidate(stock, step_peak(graph, stock), "inductor"), ())
+    front = Frontier(candidate_of(graph, graph.ids(["a", "b", "c", "x"]), "inductor"), ())
     assert front.lowest is front.stock and front.choose(1).candidate is front.stock
     assert not front.choose(1).feasible
 
@@ -433,6 +432,7 @@ def test_offered_saved_sets_join_the_candidates_when_valid():
     graph = layers()
     stock = graph.ids([f"wide{k}" for k in range(4)] + ["x"])
     narrow = graph.ids([f"narrow{k}" for k in range(3)] + ["x"])
-    front = frontier(graph, stock, prices=(), segments=(), offered={"narrow only": narrow, "nothing": []})
+    front = frontier(graph, candidate_of(graph, stock, "inductor"), prices=(), segments=(),
+                     offered={"narrow only": narrow, "nothing": []})
     assert [p.source for p in front.points] == ["narrow only"]  # saving nothing is no partition: x must be saved
     assert front.points[0].partition == partition_of(graph, narrow)

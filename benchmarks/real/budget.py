@@ -87,8 +87,8 @@ STOCK = functorch("stock", "torch.compile, Inductor as configured by default")
 
 def fractions_for(records, points: int = POINTS) -> list[float]:
     """``points`` fractions from 1.0 down to the smallest our frontier reaches in every region that has points
-    below stock (records of a compile under :data:`EXPLORE`), rounded up to 0.001; only 1.0 when no region has one. (A region
-    without points, a loss compiled apart, say, is then over its budget, which its record says.)"""
+    below stock (records of a compile under :data:`EXPLORE`), rounded up to 0.001; only 1.0 when no region has
+    one. (A region without points, a loss compiled apart, say, is then over its budget, which its record says.)"""
     partitions = [r for r in records if isinstance(r, PartitionRecord) and r.frontier]
     lowest = max((min(p for _, p in r.frontier) / r.stock_peak for r in partitions), default=1.0)
     lowest = math.ceil(lowest * 1000) / 1000

@@ -17,7 +17,7 @@ Plain data and passes over it, no torch (the Inductor glue lives in :mod:`reorde
 """
 
 from .allocation_model import AllocationModel
-from .frontier import Candidate, Choice, Frontier, frontier
+from .frontier import Candidate, Choice, Frontier, candidate_of, frontier
 from .mincut import min_cut_source_side
 from .partition import Partition, cheapest_partition, partition_of
 from .segments import segment_boundaries
@@ -25,5 +25,5 @@ from .step_graph import StepGraph, StepNodeSpec, build_step_graph
 from .step_peak import StepPeak, step_peak
 
 __all__ = ["AllocationModel", "Candidate", "Choice", "Frontier", "Partition", "StepGraph", "StepNodeSpec", "StepPeak",
-           "build_step_graph", "cheapest_partition", "frontier", "min_cut_source_side", "partition_of",
+           "build_step_graph", "candidate_of", "cheapest_partition", "frontier", "min_cut_source_side", "partition_of",
            "segment_boundaries", "step_peak"]

@@ -124,17 +124,15 @@ def candidate_of(graph: StepGraph, saved: Iterable[int], source: str, methods: S
     return Candidate(partition, step_peak(graph, partition, methods, held_before), source)
 
 
-def frontier(graph: StepGraph, stock: Candidate | Iterable[int], prices: Sequence[Fraction | None] = PRICES,
+def frontier(graph: StepGraph, stock: Candidate, prices: Sequence[Fraction | None] = PRICES,
              segments: Sequence[int] = SEGMENTS, segment_prices: Sequence[Fraction] = SEGMENT_PRICES,
              methods: Sequence[str] = ORDER_METHODS, held_before: int = 0,
              offered: Mapping[str, Iterable[int]] | None = None, resolution: float = RESOLUTION) -> Frontier:
-    """Stock's candidate (:func:`candidate_of`, or the values Inductor saves) and the frontier of the other
-    candidates; ``held_before``: bytes earlier compiled regions of the step hold (see
-    :func:`~reorder.budget.step_peak.step_peak`); ``offered``: more saved sets by name (one that is not a valid
-    partition is left out); ``resolution``: the least drop in estimate, below every cheaper point, as a fraction
-    of stock's estimate (see the module docstring)."""
-    if not isinstance(stock, Candidate):
-        stock = candidate_of(graph, stock, "inductor", methods, held_before)
+    """Stock's candidate (:func:`candidate_of` the values Inductor saves, estimated with the same ``methods`` and
+    ``held_before``) and the frontier of the other candidates; ``held_before``: bytes earlier compiled regions of
+    the step hold (see :func:`~reorder.budget.step_peak.step_peak`); ``offered``: more saved sets by name (one
+    that is not a valid partition is left out); ``resolution``: the least drop in estimate, below every cheaper
+    point, as a fraction of stock's estimate (see the module docstring)."""
     seen = {stock.partition.saved}
     candidates = []
     plans = [((), price, f"price {price_label(price)}") for price in prices]
