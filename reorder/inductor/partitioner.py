@@ -294,13 +294,18 @@ def _inductor_choices(gm, joint_inputs, kwargs: dict, budgets) -> dict[float, li
             saved, banned = cuts[key]
             return [by_name[name] for name in saved], OrderedSet(by_name[name] for name in banned)
 
-        def once(fx_graph):
+        def once(fx_graph, *args, **options):
+            # 2.14 adds ``extra_node_key``, made anew by each run, which keeps a forward-only value apart from
+            # one the backward needs. A graph the pass made with it has no pair left to merge under the next
+            # run's key (a forward-only node's users are forward-only too), so a graph counts as done for the
+            # same options by name, not by the key function's identity.
             if threading.get_ident() != caller:
-                return cse(fx_graph)
-            if any(fx_graph is made for made in made_by_cse):
+                return cse(fx_graph, *args, **options)
+            asked = (len(args), sorted(options))
+            if any(fx_graph is made and asked == made_with for made, made_with in made_by_cse):
                 return fx_graph
-            made_by_cse.append(cse(fx_graph))
-            return made_by_cse[-1]
+            made_by_cse.append((cse(fx_graph, *args, **options), asked))
+            return made_by_cse[-1][0]
 
         partitioners._extract_fwd_bwd_modules, partitioners.solve_min_cut = stop, remembered
         if cse is not None:
