@@ -305,6 +305,50 @@ def test_the_joint_graph_as_plain_data():
                               if graph.role[graph.storage[v]] == "primal")  # views of parameters hold nothing new
 
 
+class Attention(nn.Module):
+    """One self-attention through ``scaled_dot_product_attention`` (on CPU: ``_scaled_dot_product_flash_attention_for_cpu``,
+    an op tagged as seeded for its dropout) and a projection."""
+
+    def __init__(self, dropout: float):
+        super().__init__()
+        torch.manual_seed(0)
+        self.qkv, self.out, self.dropout = nn.Linear(32, 96), nn.Linear(32, 32), dropout
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(2, 16, 3, 2, 16).permute(2, 0, 3, 1, 4)
+        y = nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout, is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(2, 16, 32))
+
+
+def test_an_attention_that_drops_nothing_may_be_recomputed_as_inductor_recomputes_it():
+    """The attention op is tagged as seeded for its dropout; with ``dropout_p`` 0 it draws nothing, and Inductor's
+    partitioner recomputes it under a budget. Refusing it refused every partition Inductor chose below 0.7 on a
+    decoder compiled with dynamic shapes (and left our own without it)."""
+    graphs = []
+
+    def capture(gm, joint_inputs, **kwargs):
+        graphs.append(step_graph_from_joint(gm, kwargs["num_fwd_outputs"], kwargs["static_lifetime_input_indices"]))
+        return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+
+    model = Attention(dropout=0.0)
+    run(step_of(model, capture), model, torch.randn(2, 16, 32))
+    (graph,) = graphs
+    attention = [v for v in range(graph.num_nodes) if graph.role[v] == "forward"
+                 and graph.node_names[v].startswith("_scaled_dot_product")]
+    assert attention and all(graph.recomputable[v] for v in attention)
+    primals = [v for v in range(graph.num_nodes) if graph.role[v] == "primal"]
+    assert set(partition_of(graph, primals).recomputed) >= set(attention)  # a partition that recomputes it is valid
+    # one that does drop stays random, by the argument or by its default
+    from reorder.inductor.joint_adapter import _without_dropout
+
+    fx = torch.fx.Graph()
+    q = fx.placeholder("q")
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    assert [_without_dropout(fx.call_function(flash, args)) for args in ((q, q, q, 0.1), (q, q, q, 0.0), (q, q, q))] \
+        == [False, True, True]
+    assert not _without_dropout(fx.call_function(torch.ops.aten.native_dropout.default, (q, 0.0, True)))
+
+
 class TwoHeads(nn.Module):
     """A hidden layer read by two heads: its gradient is ``add(mm, mm)``, one product for each head."""
 

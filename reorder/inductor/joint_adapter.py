@@ -89,6 +89,22 @@ def _flops(node) -> int | None:
     return None
 
 
+def _without_dropout(node) -> bool:
+    """Whether ``node`` is a seeded op whose only randomness is a dropout it is told not to apply: an attention
+    with ``dropout_p`` 0 (its default) draws nothing, so recomputing it gives the same values, as Inductor's
+    partitioner assumes when it recomputes one."""
+    arguments = node.target._schema.arguments
+    names = [a.name for a in arguments]
+    if "dropout_p" not in names:
+        return False
+    at = names.index("dropout_p")
+    if at < len(node.args):
+        value = node.args[at]
+    else:
+        value = node.kwargs.get("dropout_p", arguments[at].default_value)
+    return isinstance(value, (int, float)) and value == 0
+
+
 def _recomputable(node, op_types) -> bool:
     import torch
     from torch._functorch._aot_autograd.utils import is_with_effects
@@ -102,11 +118,13 @@ def _recomputable(node, op_types) -> bool:
     target = node.target
     if not isinstance(target, torch._ops.OpOverload) or target.namespace not in ("aten", "prims"):
         return False  # collectives, higher-order, custom or Python ops: effects we cannot replay
-    random = op_types.is_random(node) or torch.Tag.nondeterministic_seeded in target.tags
+    seeded = torch.Tag.nondeterministic_seeded in target.tags
+    drawless = seeded and _without_dropout(node)  # fx calls it impure for its tag alone
+    random = op_types.is_random(node) or (seeded and not drawless)
     replayed = recompute_policy(node) in (CheckpointPolicy.MUST_RECOMPUTE, CheckpointPolicy.PREFER_RECOMPUTE)
     if random:  # fx calls random ops impure too: their own rule
         return replayed and not target._schema.is_mutable
-    return not (is_with_effects(node) or node.is_impure() or target._schema.is_mutable
+    return not (is_with_effects(node) or (node.is_impure() and not drawless) or target._schema.is_mutable
                 or is_non_builtin_to_include(node) or _must_be_in_forward(node)
                 or (recompute_policy(node) == CheckpointPolicy.MUST_SAVE and not _is_view(node)))
 

@@ -281,7 +281,10 @@ def _inductor_choices(gm, joint_inputs, kwargs: dict, budgets) -> dict[float, li
         def stop(joint_module, saved_values, *args, **kwargs):
             if threading.get_ident() != caller:
                 return extract(joint_module, saved_values, *args, **kwargs)
-            raise _Chosen([node.name for node in saved_values])
+            # the size symbols it saves beside them (dynamic shapes: an attention's sequence-length outputs)
+            # are saved values too; without them the backward would seem to recompute what computed them
+            sym_nodes = args[0] if args else kwargs.get("saved_sym_nodes", ())
+            raise _Chosen([node.name for node in (*saved_values, *sym_nodes)])
 
         def remembered(joint_graph, node_info, min_cut_options, dont_ban=None):
             if threading.get_ident() != caller:
