@@ -71,3 +71,32 @@ def test_the_fsdp_row_runs_both_ranks_under_a_budget_and_stops_them(tmp_path):
                for r in partitions)
     leftover = subprocess.run(["pgrep", "-f", f"wild_step.*--rank=1.*{result['variant']}"], capture_output=True)
     assert leftover.stdout == b""
+
+
+def test_measuring_some_variants_again_keeps_the_rows_others(tmp_path, monkeypatch):
+    """``--again --variants budget:0.4`` measures stock (the reference) and that variant anew; the row's other
+    variants stay as cached (they were dropped, and the report lost Inductor's points)."""
+    import torch
+
+    from benchmarks.real import wild
+
+    monkeypatch.setattr(wild, "WILD", tmp_path)
+    monkeypatch.setattr(wild, "float64_reference", lambda row, sizes: None)
+    ran = []
+
+    def run_variant(row, name, sizes):
+        ran.append(name)
+        return {"real_peak": 100 + len(ran)}, [torch.ones(1)]
+
+    monkeypatch.setattr(wild, "run_variant", run_variant)
+    sizes = ["--layers=2"]
+    cached = {"row": "whole", "sizes": sizes, "variants": {"stock": {"real_peak": 1}, "budget:0.4": {"real_peak": 2},
+                                                        "inductor-budget:0.5": {"real_peak": 3}}}
+    (tmp_path / "whole.json").write_text(json.dumps(cached))
+    data = wild.measure_row("whole", ["budget:0.4"], sizes, again=True, progress=lambda text: None)
+    assert ran == ["stock", "budget:0.4"]
+    assert {name: v["real_peak"] for name, v in data["variants"].items()} == {
+        "stock": 101, "budget:0.4": 102, "inductor-budget:0.5": 3}
+    assert json.loads((tmp_path / "whole.json").read_text())["variants"]["inductor-budget:0.5"] == {"real_peak": 3}
+    wild.measure_row("whole", ["budget:0.4"], sizes, again=False, progress=lambda text: None)
+    assert ran == ["stock", "budget:0.4"]  # without --again, a cached variant is not measured

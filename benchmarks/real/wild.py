@@ -77,13 +77,14 @@ def run_variant(row: str, variant: str, sizes: list[str]) -> tuple[dict, list[to
 
 
 def measure_row(row: str, variants: list[str], sizes: list[str], again: bool, progress) -> dict:
-    """Every variant of ``row`` not yet cached (all with ``again``), each cached as soon as it ran. Stock runs
-    first whenever another variant does: its loss and gradients are what the others are checked against."""
+    """Every variant of ``variants`` not yet cached (all of them with ``again``), each cached as soon as it ran;
+    the row's other cached variants are kept. Stock runs first whenever another variant does: its loss and
+    gradients are what the others are checked against."""
     path = WILD / f"{row}.json"
-    cached = json.loads(path.read_text()) if path.exists() and not again else {}
+    cached = json.loads(path.read_text()) if path.exists() else {}
     data = {"row": row, "description": ROWS[row], "sizes": sizes, "torch": torch.__version__,
             "variants": cached.get("variants", {}) if cached.get("sizes") == sizes else {}}
-    missing = [v for v in variants if v not in data["variants"]]
+    missing = [v for v in variants if again or v not in data["variants"]]
     if not missing:
         return data
     reference = None if row == "fsdp" else float64_reference(row, sizes)
