@@ -191,6 +191,15 @@ def test_a_budget_stock_meets_builds_no_other_partition(monkeypatch):
         assert record.peak == record.stock_peak <= record.budget_bytes and record.frontier == ()
         assert [stage for stage, _ in record.stages] == ["joint graph", "stock's estimate", "partition made"]
         assert "no other was built" in session.frontier()
+    # a later region skips by what its estimate counts of earlier regions, which its stock_peak does not: the
+    # table says so by the stages the record kept, not by comparing the record's budget and stock_peak
+    tables = []
+    for budget_bytes in (record.stock_peak - 1, record.stock_peak):
+        for stages in (record.stages, (*record.stages, ("frontier", 0.0))):
+            later = hook.Session()
+            later.add(dataclasses.replace(record, budget_bytes=budget_bytes, stages=stages))
+            tables.append("no other was built" in later.frontier())
+    assert tables == [True, False, True, False]
 
 
 def test_the_fallback_keeps_inductors_partition_and_warns(monkeypatch, caplog):

@@ -596,7 +596,10 @@ class Session:
                     for k, (cost, peak) in enumerate(points)]
             table = f"{r.graph} (budget {format_bytes(r.budget_bytes)}):\n" + format_table(
                 ["fraction", "estimated step peak", "recomputed GFLOP", "added to stock's", "choice"], rows)
-            if not r.frontier and r.budget_bytes >= r.stock_peak:
+            # the stages say whether others were built (a later region's skip counts what earlier ones hold);
+            # a record read back from before they were kept says it by the budget
+            built = any(stage == "frontier" for stage, _ in r.stages) if r.stages else r.budget_bytes < r.stock_peak
+            if not built:
                 table += ("\n(the budget is at least stock's estimate, so stock's partition was kept and no other "
                           "was built: compile under a budget below 1.0 to see what the others reach)")
             tables.append(table)
