@@ -436,3 +436,41 @@ def test_offered_saved_sets_join_the_candidates_when_valid():
                      offered={"narrow only": narrow, "nothing": []})
     assert [p.source for p in front.points] == ["narrow only"]  # saving nothing is no partition: x must be saved
     assert front.points[0].partition == partition_of(graph, narrow)
+
+
+def weighted_chain(scale: int):
+    """A parameter ``w`` whose gradient (10,000 B at every size) outweighs the saved activations at scale 1; at
+    larger scales the activations (``scale`` times their bytes) outweigh it, and what is saved tells."""
+    act = lambda b: b * scale  # noqa: E731
+    return build_step_graph([
+        StepNodeSpec("w", "primal", bytes=10_000),
+        StepNodeSpec("x", "primal", bytes=act(400)),
+        StepNodeSpec("a", "forward", ["x", "w"], bytes=act(400), cost=100_000),
+        StepNodeSpec("b", "forward", ["a"], bytes=act(400), pointwise=True, fusible=True, cost=100),
+        StepNodeSpec("c", "forward", ["b"], bytes=act(100), cost=40_000),
+        StepNodeSpec("loss", "forward", ["c"], bytes=4, fusible=True, cost=100),
+        StepNodeSpec("t", "tangent", bytes=4),
+        StepNodeSpec("gc", "backward", ["t", "c"], bytes=act(10), pointwise=True, fusible=True, cost=100),
+        StepNodeSpec("gb", "backward", ["gc", "b"], bytes=act(40), cost=40_000),
+        StepNodeSpec("ga", "backward", ["gb", "a"], bytes=act(40), pointwise=True, fusible=True, cost=400),
+        StepNodeSpec("gw", "backward", ["ga", "x", "w"], bytes=10_000, cost=100_000),
+    ], ["loss"], ["gw"], name="weighted chain")
+
+
+def test_with_symbolic_sizes_the_frontier_is_built_at_larger_sizes():
+    """At the size hints a parameter's gradient hides every difference between partitions, so the frontier has
+    no point; given the graph at larger sizes (dynamic shapes), the points are those that lower the peak there,
+    and one meets a budget only where its estimate at the hints does too."""
+    graph, larger = weighted_chain(1), weighted_chain(20)
+    stock = graph.ids(["a", "b", "c", "x", "w"])
+    assert frontier(graph, candidate_of(graph, stock, "inductor")).points == ()
+    front = frontier(graph, candidate_of(graph, stock, "inductor", scaled=larger), scaled=larger)
+    (point,) = front.points
+    assert front.stock.scaled_peak == 18_204 and point.scaled_peak == 17_000  # b recomputed, not saved
+    assert front.level(front.stock) == front.stock.peak.peak == point.peak.peak == 10_040
+    assert front.level(point) == -(-17_000 * 10_040 // 18_204) < 10_040 * (1 - RESOLUTION)
+    below = int(0.95 * 10_040)  # its level meets it, its estimate at the hints does not
+    assert front.choose(below).candidate is point and not front.choose(below).feasible
+    assert front.choose(10_040).is_stock
+    static = frontier(graph, candidate_of(graph, stock, "inductor"), resolution=0.0)
+    assert all(static.level(p) == p.peak.peak for p in (static.stock, *static.points))

@@ -488,6 +488,15 @@ def test_the_frontier_table_lists_every_reachable_point_with_its_fraction_and_ma
     assert stock.split() == ["1.000", "200", "B", "1", "+0"]
     assert chosen.split() == ["0.450", "90", "B", "5", "+4", "<-", "chosen"]
     assert lowest.split() == ["0.400", "80", "B", "9", "+8"]  # the lowest budget any partition meets
+    # symbolic sizes: two points at the same estimate at the hints, told apart at twice the sizes; the choice is
+    # the one whose cost and peak are the record's, marked once
+    dynamic = hook.Session()
+    dynamic.add(dataclasses.replace(record, frontier=((5 * 10**9, 90), (9 * 10**9, 90)), frontier_levels=(120, 70)))
+    title, header, _, stock, chosen, lowest, note = dynamic.frontier().splitlines()
+    assert header.split()[:5] == ["fraction", "at", "twice", "the", "sizes"]
+    assert stock.split()[:2] == ["1.000", "1.000"]
+    assert chosen.split() == ["0.450", "0.600", "90", "B", "5", "+4", "<-", "chosen"]
+    assert lowest.split() == ["0.450", "0.350", "90", "B", "9", "+8"] and "symbolic" in note
 
 
 # --- real compiles (slow): real peaks measured by the allocator ------------------------------------------------------
@@ -609,6 +618,7 @@ def test_a_block_compiled_with_dynamic_shapes_is_partitioned_at_every_size(fresh
     assert session.fallbacks == [] and len(session.partitions) == 1, session.summary()
     (record,) = session.partitions
     assert record.source != "inductor" and record.recomputed > 0 and record.peak < record.stock_peak
+    assert "larger sizes" in dict(record.stages)  # its candidates were judged at twice the sizes too
     for ours_grads, stock_grads in zip(got, expected, strict=True):
         for a, b in zip(ours_grads, stock_grads, strict=True):
             assert_close_to_eager(a, b, "gradient under the budget")  # recomputed kernels: equal up to rounding

@@ -471,3 +471,23 @@ def test_a_range_unbounded_below_is_evaluated_from_its_hint_and_its_sizes_stay_o
     layout = choose_layout(groups, 3, (), {"s0": 8, "k": 0}, ranges)
     layout.validate(groups)
     assert layout.individual == (0,) and [p.members for p in layout.pools] == [(1, 2)]
+
+
+def test_sizes_scaled_puts_every_backed_size_symbol_at_a_multiple_of_its_hint():
+    """The budget judges a graph compiled with dynamic shapes at twice its sizes too: within ``sizes_scaled(2)``
+    a symbolic size (and any expression of it, a floor division included) is evaluated with each symbol at twice
+    its hint; a static size stays as it is, and outside the block every size is at its hint again."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+    from reorder.inductor.fx_values import nbytes, size_hint, sizes_scaled
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    dynamic = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.STATIC, DimDynamic.DYNAMIC, DimDynamic.STATIC])
+    t = mode.from_tensor(torch.empty(3, 64, 8), symbolic_context=dynamic)
+    assert (size_hint(t.shape[1]), nbytes(t)) == (64, 3 * 64 * 8 * 4)
+    with sizes_scaled(2):
+        assert (size_hint(t.shape[1]), size_hint((t.shape[1] + 1) // 2), size_hint(t.shape[0])) == (128, 64, 3)
+        assert nbytes(t) == 3 * 128 * 8 * 4
+    assert nbytes(t) == 3 * 64 * 8 * 4

@@ -26,8 +26,20 @@ higher real peak), and
 * else the cheapest frontier point within the budget;
 * else the lowest point (the budget cannot be met: ``feasible`` is False).
 
-A smaller budget therefore never gets a higher estimated peak: the points
-meeting it are a suffix of the frontier, whose peaks fall. Everything here
+Where sizes are symbolic (a compile with dynamic shapes), the estimates at the
+size hints (the sizes of the call that compiled) say little about larger
+calls, where memory runs out: at the hints the parameters' bytes weigh most,
+and partitions that differ in what they save per element look alike. The
+caller then passes the same graph at larger sizes (``scaled``), and the
+frontier is built on each candidate's *level*: its estimate there, scaled
+by stock's ratio between the two sizes (so a level is in the hints' bytes,
+and a fraction of stock's level is the same fraction of stock's estimate at
+the larger sizes). A point meets a budget where its level and its estimate
+at the hints both do; when none does, the lowest level is chosen. Without
+``scaled`` the level is the estimate.
+
+A smaller budget therefore never gets a higher level: a point meeting it
+meets every larger budget, and the cheapest of those has the higher level. Everything here
 is a count (the prices, our ordering methods' effort), so one step graph
 (with its measured scratch) gives the same choice on any machine.
 """
@@ -69,11 +81,13 @@ def price_label(price: Fraction | None) -> str:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A partition with its estimated step peak; ``source`` is ``"inductor"`` or ``"price <p>"``."""
+    """A partition with its estimated step peak; ``source`` is ``"inductor"`` or ``"price <p>"``;
+    ``scaled_peak``: its estimated step peak at larger sizes, where the frontier was given them."""
 
     partition: Partition
     peak: StepPeak
     source: str
+    scaled_peak: int | None = None
 
     @property
     def cost(self) -> int:
@@ -95,15 +109,24 @@ class Choice:
 
 @dataclass(frozen=True)
 class Frontier:
-    """Stock's candidate and the frontier below it: ``points`` by rising cost, strictly falling peak."""
+    """Stock's candidate and the frontier below it: ``points`` by rising cost, strictly falling level (the
+    estimated peak, where no larger sizes were judged)."""
 
     stock: Candidate
     points: tuple[Candidate, ...]
 
     @property
     def lowest(self) -> Candidate:
-        """The candidate with the lowest estimated peak (stock if nothing is below it)."""
+        """The candidate with the lowest level (stock if nothing is below it)."""
         return self.points[-1] if self.points else self.stock
+
+    def level(self, candidate: Candidate) -> int:
+        """``candidate``'s estimated peak, or, where it has one at larger sizes, that one scaled by stock's ratio
+        between the hints' estimate and the larger sizes' (see the module docstring)."""
+        stock = self.stock
+        if candidate.scaled_peak is None or not stock.scaled_peak:
+            return candidate.peak.peak
+        return -(-candidate.scaled_peak * stock.peak.peak // stock.scaled_peak)
 
     def choose(self, budget: int) -> Choice:
         """The cheapest candidate whose estimated peak is at most ``budget`` bytes (see the module docstring)."""
@@ -112,27 +135,38 @@ class Frontier:
         if budget >= self.stock.peak.peak:
             return Choice(self.stock, budget, True)
         for point in self.points:
-            if point.peak.peak <= budget:
+            if self.level(point) <= budget and point.peak.peak <= budget:
                 return Choice(point, budget, True)
         return Choice(self.lowest, budget, False)
 
 
 def candidate_of(graph: StepGraph, saved: Iterable[int], source: str, methods: Sequence[str] = ORDER_METHODS,
-                 held_before: int = 0) -> Candidate:
-    """The partition that saves ``saved`` (stock's: the values Inductor saves) with its estimated step peak."""
+                 held_before: int = 0, scaled: StepGraph | None = None) -> Candidate:
+    """The partition that saves ``saved`` (stock's: the values Inductor saves) with its estimated step peak, and
+    with its estimate on ``scaled`` (the same graph at larger sizes) where given."""
     partition = partition_of(graph, saved)
-    return Candidate(partition, step_peak(graph, partition, methods, held_before), source)
+    return _candidate(graph, partition, source, methods, held_before, scaled)
+
+
+def _candidate(graph: StepGraph, partition: Partition, source: str, methods: Sequence[str], held_before: int,
+               scaled: StepGraph | None) -> Candidate:
+    scaled_peak = None
+    if scaled is not None:  # the same nodes, so the same saved values make the same partition there
+        scaled_peak = step_peak(scaled, partition_of(scaled, partition.saved), methods, held_before).peak
+    return Candidate(partition, step_peak(graph, partition, methods, held_before), source, scaled_peak)
 
 
 def frontier(graph: StepGraph, stock: Candidate, prices: Sequence[Fraction | None] = PRICES,
              segments: Sequence[int] = SEGMENTS, segment_prices: Sequence[Fraction] = SEGMENT_PRICES,
              methods: Sequence[str] = ORDER_METHODS, held_before: int = 0,
-             offered: Mapping[str, Iterable[int]] | None = None, resolution: float = RESOLUTION) -> Frontier:
-    """Stock's candidate (:func:`candidate_of` the values Inductor saves, estimated with the same ``methods`` and
-    ``held_before``) and the frontier of the other candidates; ``held_before``: bytes earlier compiled regions of
-    the step hold (see :func:`~reorder.budget.step_peak.step_peak`); ``offered``: more saved sets by name (one
-    that is not a valid partition is left out); ``resolution``: the least drop in estimate, below every cheaper
-    point, as a fraction of stock's estimate (see the module docstring)."""
+             offered: Mapping[str, Iterable[int]] | None = None, resolution: float = RESOLUTION,
+             scaled: StepGraph | None = None) -> Frontier:
+    """Stock's candidate (:func:`candidate_of` the values Inductor saves, estimated with the same ``methods``,
+    ``held_before`` and ``scaled``) and the frontier of the other candidates; ``held_before``: bytes earlier
+    compiled regions of the step hold (see :func:`~reorder.budget.step_peak.step_peak`); ``offered``: more saved
+    sets by name (one that is not a valid partition is left out); ``resolution``: the least drop in level, below
+    every cheaper point, as a fraction of stock's estimate; ``scaled``: the same graph at larger sizes, each
+    candidate's level then counting its estimate there (see the module docstring)."""
     seen = {stock.partition.saved}
     candidates = []
     plans = [((), price, f"price {price_label(price)}") for price in prices]
@@ -149,10 +183,11 @@ def frontier(graph: StepGraph, stock: Candidate, prices: Sequence[Fraction | Non
         if partition.saved in seen:
             continue
         seen.add(partition.saved)
-        candidates.append(Candidate(partition, step_peak(graph, partition, methods, held_before), source))
+        candidates.append(_candidate(graph, partition, source, methods, held_before, scaled))
     least_drop = int(resolution * stock.peak.peak)
+    level = Frontier(stock, ()).level
     points: list[Candidate] = []
-    for candidate in sorted(candidates, key=lambda c: (c.cost, c.peak.peak)):
-        if candidate.peak.peak < (points[-1].peak.peak if points else stock.peak.peak) - least_drop:
+    for candidate in sorted(candidates, key=lambda c: (c.cost, level(c))):
+        if level(candidate) < (level(points[-1]) if points else stock.peak.peak) - least_drop:
             points.append(candidate)
     return Frontier(stock, tuple(points))

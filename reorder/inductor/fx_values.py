@@ -3,21 +3,60 @@
 The joint-graph adapter and the convolution scratch probe both size tensors
 whose shapes may be symbolic; both read them here, at the hints Inductor
 sizes buffers with (``optimization_hint``; 4096 where a size has no hint, as
-Inductor's own fallback for unbacked sizes).
+Inductor's own fallback for unbacked sizes). Within :func:`sizes_scaled`,
+every size symbol stands at a multiple of its hint instead: the budget
+judges partitions of a graph compiled with dynamic shapes at larger sizes
+too (:mod:`~reorder.budget.frontier`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import contextvars
+from contextlib import contextmanager
+from typing import Any, Iterator
 
-__all__ = ["nbytes", "numel", "size_hint", "tensors_of"]
+__all__ = ["nbytes", "numel", "size_hint", "sizes_scaled", "tensors_of"]
+
+_scale: contextvars.ContextVar[int] = contextvars.ContextVar("reorder_size_scale", default=1)
+
+
+@contextmanager
+def sizes_scaled(factor: int) -> Iterator[None]:
+    """Within it, :func:`size_hint` gives a symbolic size with each of its backed size symbols at ``factor``
+    times its hint (a size with an unbacked symbol, or one torch cannot evaluate so, stays at its hint)."""
+    token = _scale.set(factor)
+    try:
+        yield
+    finally:
+        _scale.reset(token)
 
 
 def size_hint(value: Any) -> int:
-    """An int, SymInt or size expression at its hint."""
+    """An int, SymInt or size expression at its hint (see :func:`sizes_scaled`)."""
     from torch.fx.experimental.symbolic_shapes import optimization_hint
 
+    factor = _scale.get()
+    if factor != 1:
+        scaled = _scaled_hint(value, factor)
+        if scaled is not None:
+            return scaled
     return int(optimization_hint(value, fallback=4096))
+
+
+def _scaled_hint(value: Any, factor: int) -> int | None:
+    import torch
+
+    if not isinstance(value, torch.SymInt):
+        return None
+    node = value.node
+    hints = getattr(node.shape_env, "backed_var_to_val", None) or getattr(node.shape_env, "var_to_val", {})
+    symbols = node.expr.free_symbols
+    if not symbols or any(s not in hints for s in symbols):
+        return None
+    try:
+        return int(node.expr.xreplace({s: int(hints[s]) * factor for s in symbols}))
+    except (TypeError, ValueError):
+        return None
 
 
 def tensors_of(value: Any) -> list:

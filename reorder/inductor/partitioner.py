@@ -56,13 +56,15 @@ import time
 
 from ..budget.frontier import Candidate, Frontier, candidate_of, frontier
 from ..budget.partition import partition_of
+from ..budget.step_graph import StepGraph
 from ..budget.step_peak import donated_values, free_values, programs_of, step_peak
 from .adapter import graph_being_compiled
 from .compiled_budget import RegionPlan, expect_region
+from .fx_values import sizes_scaled
 from .joint_adapter import inputs_not_channels_last, recompute_policy, saved_names, step_graph_from_joint
 from .releases import hook_base
 from .scratch import probe_of
-from .session import FallbackRecord, PartitionRecord, Session, SessionBound, source_hash
+from .session import FallbackRecord, HookOptions, PartitionRecord, Session, SessionBound, source_hash
 
 __all__ = ["INDUCTOR_BUDGETS", "BudgetPartitioner"]
 
@@ -129,19 +131,25 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
                                       inputs_are_activations=bool(earlier),
                                       model_rewrites=self.options.model_rewrites)
         lap("joint graph")
-        stock_candidate = candidate_of(graph, _saved(graph, stock[0], num_fwd_outputs, gm), "inductor",
-                                       held_before=held_before)
+        stock_saved = _saved(graph, stock[0], num_fwd_outputs, gm)
+        stock_candidate = candidate_of(graph, stock_saved, "inductor", held_before=held_before)
         stock_peak = stock_candidate.peak.peak - held_before + sum(r.stock_saved_bytes for r in earlier.values())
         budget = self.options.memory_budget
         budget_bytes = budget if isinstance(budget, int) else max(1, int(budget * stock_peak))
         lap("stock's estimate")
+        scaled = None
         if budget_bytes >= stock_candidate.peak.peak:  # stock is the choice whatever the others reach
             front = Frontier(stock_candidate, ())
         else:
+            scaled = _at_larger_sizes(gm, num_fwd_outputs, kwargs, name, bool(earlier), self.options, graph)
+            if scaled is not None:
+                stock_candidate = candidate_of(graph, stock_saved, "inductor", held_before=held_before,
+                                               scaled=scaled)
+                lap("larger sizes")
             offered = {f"inductor budget {b:g}": [graph.index[n] for n in names if n in graph.index]
                        for b, names in _inductor_choices(gm, joint_inputs, kwargs, INDUCTOR_BUDGETS).items()}
             lap("inductor budgets")
-            front = frontier(graph, stock_candidate, held_before=held_before, offered=offered)
+            front = frontier(graph, stock_candidate, held_before=held_before, offered=offered, scaled=scaled)
             lap("frontier")
         choice = front.choose(budget_bytes)
         chosen, modules, note = choice.candidate, stock, ""
@@ -174,6 +182,7 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
             recomputed_flops=chosen.cost,
             stock_recomputed_flops=stock_partition.cost,
             frontier=tuple((p.cost, p.peak.peak) for p in front.points),
+            frontier_levels=tuple(front.level(p) for p in front.points) if scaled is not None else (),
             held_before=held_before,
             digest=digest,
             seconds=time.perf_counter() - t0,
@@ -192,6 +201,27 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
                               probes=_probes(gm, self.options.model_rewrites),
                               layout_copies=inputs_not_channels_last(gm))
         return record, modules, plan
+
+
+#: Where sizes are symbolic, candidates are judged at the size hints and at this multiple of them too.
+LARGER_SIZES = 2
+
+
+def _at_larger_sizes(gm, num_fwd_outputs: int, kwargs: dict, name: str, inputs_are_activations: bool,
+                     options: HookOptions, graph: StepGraph) -> StepGraph | None:
+    """The step graph of ``gm`` with every size symbol at :data:`LARGER_SIZES` times its hint, where ``graph``
+    (the same at the hints) has size symbols: a graph compiled with dynamic shapes runs at other sizes than
+    the call that compiled it, and at the hints its parameters can outweigh every difference between partitions.
+    None for a graph without size symbols, or where the larger sizes give other nodes (a rewrite that depends
+    on sizes), whose partitions would not carry over."""
+    if not any(graph.size_symbol):
+        return None
+    with sizes_scaled(LARGER_SIZES):
+        scaled = step_graph_from_joint(gm, num_fwd_outputs, kwargs.get("static_lifetime_input_indices"), name,
+                                       inputs_are_activations=inputs_are_activations,
+                                       model_rewrites=options.model_rewrites)
+    same = scaled.node_names == graph.node_names and scaled.args == graph.args
+    return scaled if same else None
 
 
 def _stopwatch(stages: dict[str, float]):

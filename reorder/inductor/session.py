@@ -392,6 +392,10 @@ class PartitionRecord(_Record):
     estimated peak)`` of every partition below stock's estimate that the
     choice was made from; empty where the budget is at least stock's estimate
     (stock is then the choice, and no other partition is built).
+    ``frontier_levels``: where sizes are symbolic (dynamic shapes), each
+    frontier point's level, by which it was chosen: its estimate at twice
+    the size hints as the same fraction of ``stock_peak`` as it is of
+    stock's estimate there (:mod:`~reorder.budget.frontier`); empty otherwise.
     ``held_before``: what earlier regions of the same
     session saved, which this region's estimates include (a step compiled in
     several regions holds them while this one runs); ``stock_peak`` then
@@ -442,6 +446,7 @@ class PartitionRecord(_Record):
     recomputed_flops: int
     stock_recomputed_flops: int
     frontier: tuple[tuple[int, int], ...] = ()
+    frontier_levels: tuple[int, ...] = ()
     held_before: int = 0
     digest: str = ""
     seconds: float = 0.0
@@ -590,12 +595,19 @@ class Session:
         tables = []
         for r in self.partitions:
             points = [(r.stock_recomputed_flops, r.stock_peak), *r.frontier]
-            rows = [[f"{peak / max(r.stock_peak, 1):.3f}", format_bytes(peak), f"{cost / 1e9:.3g}",
-                     f"{(cost - r.stock_recomputed_flops) / 1e9:+.3g}",
-                     "<- chosen" if peak == r.peak and (k == 0) == (r.source == "inductor") else ""]
+            levels = [r.stock_peak, *r.frontier_levels] if r.frontier_levels else []
+            rows = [[f"{peak / max(r.stock_peak, 1):.3f}",
+                     *([f"{levels[k] / max(r.stock_peak, 1):.3f}"] if levels else []), format_bytes(peak),
+                     f"{cost / 1e9:.3g}", f"{(cost - r.stock_recomputed_flops) / 1e9:+.3g}",
+                     "<- chosen" if (cost, peak) == (r.recomputed_flops, r.peak)
+                     and (k == 0) == (r.source == "inductor") else ""]
                     for k, (cost, peak) in enumerate(points)]
             table = f"{r.graph} (budget {format_bytes(r.budget_bytes)}):\n" + format_table(
-                ["fraction", "estimated step peak", "recomputed GFLOP", "added to stock's", "choice"], rows)
+                ["fraction", *(["at twice the sizes"] if levels else []), "estimated step peak",
+                 "recomputed GFLOP", "added to stock's", "choice"], rows)
+            if levels:
+                table += ("\n(sizes are symbolic: points were chosen by their fraction of stock's estimate at twice "
+                          "the sizes this region was compiled for; a budget is met where both fractions meet it)")
             # the stages say whether others were built (a later region's skip counts what earlier ones hold);
             # a record read back from before they were kept says it by the budget
             built = any(stage == "frontier" for stage, _ in r.stages) if r.stages else r.budget_bytes < r.stock_peak
