@@ -40,6 +40,13 @@ def test_a_known_row_gives_its_checks():
     # met and measured 550 against 100
     assert [v.verdict_agrees for v in row.ours] == [True, False, True]
     assert row.verdicts_agree == (2, 3)
+    # the dynamic row's budget is a fraction of stock's estimate at the first length (the sizes it compiled at):
+    # said not met at 500 B, 600 B there and 300 B at the longest length is an agreement
+    dynamic = {**ROW, "row": "dynamic", "variants": {
+        "stock": variant(1000, 0.1, peaks=[{"seq": 64, "real_peak": 800}, {"seq": 128, "real_peak": 1000}]),
+        "budget:0.5": variant(300, 0.1, records=[partition(500)], estimate_feasible=[False],
+                              peaks=[{"seq": 64, "real_peak": 600}, {"seq": 128, "real_peak": 300}])}}
+    assert [v.verdict_agrees for v in wild_row(dynamic).ours] == [True]
 
 
 def test_the_section_shows_every_variant_and_the_failures(tmp_path):

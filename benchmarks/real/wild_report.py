@@ -46,12 +46,15 @@ class WildPoint:
     @property
     def verdict_agrees(self) -> bool | None:
         """The records' verdict before the meter ran (the compiled graphs' estimate) against the measured step:
-        met within 2% above the budget, or not met and not 2% below it. None without a budget's records."""
-        if self.budget_bytes is None or self.estimate_said_met is None or self.real_peak is None:
+        met within 2% above the budget, or not met and not 2% below it. None without a budget's records. Where
+        the step ran at several sizes (the dynamic row), the budget's bytes are a fraction of stock's estimate at
+        the sizes the region was compiled for, the first call's: the step at those sizes is the one judged."""
+        peak = self.peaks[0][1] if len(self.peaks) > 1 else self.real_peak
+        if self.budget_bytes is None or self.estimate_said_met is None or peak is None:
             return None
         if self.estimate_said_met:
-            return self.real_peak <= self.budget_bytes * (1 + OVER_BUDGET)
-        return self.real_peak >= self.budget_bytes * (1 - OVER_BUDGET)
+            return peak <= self.budget_bytes * (1 + OVER_BUDGET)
+        return peak >= self.budget_bytes * (1 - OVER_BUDGET)
 
 
 def _variant(name: str, v: dict) -> WildPoint:
@@ -208,6 +211,7 @@ def wild_section(folder: Path = WILD) -> list[str]:
              "at or below it with a step at most 5% slower (step times of separate processes: noisier than the "
              "budget section's alternation); `verdicts agree`: our records' verdict from the compiled graphs' "
              "estimate, before anything ran, against the measured step (met: at most 2% above the budget; not met: "
-             "at least 2% below it is a disagreement).", "", *markdown(SUMMARY, rows), ""]
+             "at least 2% below it is a disagreement; the dynamic row's step at its first length, the sizes it "
+             "was compiled for, which its budget is a fraction of stock's estimate at).", "", *markdown(SUMMARY, rows), ""]
     return lines + details_with_plots(rows, _detail, plot_wild, lambda r: f"wild-{r.row}.png",
                                       lambda r: f"{r.row}: real peak against step time")

@@ -10,8 +10,8 @@ with SGD; ``ROW`` says how the step is written (:data:`ROWS`); ``SPEC`` is a var
 so the first step compiles everything. The result file holds: the compile seconds (the first step's seconds minus
 a steady step's, and Dynamo's own count), the real peak of one step measured by :func:`reorder.measure.measure`
 (the hook's session's :meth:`~reorder.inductor.Session.measure_step` for our variants, which puts the meter's
-verdict in the records; one step per sequence length for the dynamic row), the median of ``--rounds`` steady
-steps, and the records. ``--tensors``: the first step's loss and gradients are saved there (``torch.save``, read
+verdict in the records; the dynamic row: one step per sequence length, the verdict at the first, the sizes it
+compiled at), the median of ``--rounds`` steady steps, and the records. ``--tensors``: the first step's loss and gradients are saved there (``torch.save``, read
 back with ``weights_only=True``) for the runner's accuracy check.
 
 The ``fsdp`` row runs as rank 0 of two: this process starts rank 1 (the same command with ``--rank 1``) and both
@@ -178,8 +178,8 @@ def run(args) -> dict:
         estimates = [r.feasible for r in session.partitions] if session is not None else []
         graphs_before = unique_graphs()
         peaks = []
-        for tokens in batches:
-            meter = session.measure_step if session is not None else measure
+        for k, tokens in enumerate(batches):  # the records get the meter's verdict at the sizes they compiled at
+            meter = session.measure_step if session is not None and k == 0 else measure
             measured = meter(lambda tokens=tokens: step(tokens), "cpu")
             peaks.append({"seq": tokens.shape[1] - 1, "real_peak": measured.peak,
                           "outside": measured.outside_compiled_bytes,
