@@ -183,17 +183,19 @@ def test_budget_checks_of_a_known_row():
 
     cached = budget_cached("ViTForImageClassification")
     row = budget_row(cached)
-    assert [p.fraction for p in row.ours] == [1.0, 0.893, 0.787, 0.68, 0.574]
-    assert [p.real_peak for p in row.ours] == [9834216, 7440848, 5038480, 5038480, 5038480]
-    assert row.stock.real_peak == 10637776 and row.monotone and row.within_budget and row.full_not_above_stock
+    assert [p.fraction for p in row.ours] == [1.0, 0.887, 0.774, 0.66, 0.547]
+    assert [p.real_peak for p in row.ours] == [9834216, 7440848, 7770896, 4793200, 4793200]
+    assert row.stock.real_peak == 10637776 and row.within_budget and row.full_not_above_stock
     assert all(p.feasible and p.real_peak <= p.budget_bytes * 1.02 for p in row.ours)
-    assert round(row.saving, 3) == 0.526 and row.lowest.fraction == 0.787
+    assert round(row.saving, 3) == 0.549 and row.lowest.fraction == 0.66
     theirs = row.inductor[0]
     best = row.dominating(theirs)
     assert best.real_peak <= theirs.real_peak and time_ratio(best, theirs) <= 1.05
-    # the checks can fail: a real peak 1% above the one before it as the budget falls is not monotone
-    cached["variants"]["ours 0.574"]["real_peak"] = int(5038480 * 1.01)
-    assert not budget_row(cached).monotone
+    # the checks fail where the row does: 0.774's partition, estimated 0.55 MB below 0.887's, measures 0.33 MB
+    # above it (the estimate's error on 0.887's is -12.6%), so the row is not monotone; with the two in order it is
+    assert not row.monotone
+    cached["variants"]["ours 0.774"]["real_peak"] = 7440848
+    assert budget_row(cached).monotone
 
 
 def test_a_step_of_two_regions_is_judged_by_the_region_where_its_estimate_peaks():
@@ -201,7 +203,7 @@ def test_a_step_of_two_regions_is_judged_by_the_region_where_its_estimate_peaks(
     the model's saved values are held (``held_before``) and peaks higher. The step's budget and estimate are the
     loss region's: judged by the model region alone, a real peak equal to the loss region's estimate read as 44%
     above its budget. Each region has its own budget, but the step's verdict is its highest estimate against the
-    step's budget: at 0.77 the model region's compiled graphs (34.23 MB) exceed that region's share (31.81 MB),
+    step's budget: at 0.77 the model region's compiled graphs (34.30 MB) exceed that region's share (31.81 MB),
     and the step, whose peak is the loss region's (44.70 MB estimated and measured), meets its 45.78 MB. Called
     not met because one region exceeded its share, the verdict disagreed with the meter. The loss region, compiled
     after the other, is not checked on its compiled graphs (their inputs include the logits, which Inductor's
@@ -216,7 +218,7 @@ def test_a_step_of_two_regions_is_judged_by_the_region_where_its_estimate_peaks(
     assert at[0.77].feasible and at[0.77].real_peak <= at[0.77].budget_bytes
     regions = [r for r in cached["variants"]["ours 0.77"]["records"] if r["kind"] == "partition"]
     assert [(r["budget_bytes"], r["compiled_peak"], r["feasible"]) for r in regions] == [
-        (31808860, 34231296, False), (45776838, None, True)]
+        (31808860, 34296960, False), (45776838, None, True)]
     assert all(abs(p.real_peak / p.estimate - 1) < 0.001 for p in row.ours)
     assert row.within_budget and row.verdicts_agree and row.monotone
     regions[1]["peak"] = 47_000_000  # the step's highest estimate above its budget: not met, as the meter would
@@ -308,7 +310,7 @@ def test_a_rows_accuracy_verdict_is_every_point_of_ours():
     cached = budget_cached("ViTForImageClassification")
     row = budget_row(cached)
     assert row.as_accurate_as_stock and row.error_to_stocks == max(p.error_to_stocks for p in row.ours)
-    cached["variants"]["ours 0.68"]["as_accurate_as_stock"] = False
+    cached["variants"]["ours 0.66"]["as_accurate_as_stock"] = False
     assert budget_row(cached).as_accurate_as_stock is False
-    del cached["variants"]["ours 0.68"]["as_accurate_as_stock"]  # a point measured before the rule
+    del cached["variants"]["ours 0.66"]["as_accurate_as_stock"]  # a point measured before the rule
     assert budget_row(cached).as_accurate_as_stock is None
