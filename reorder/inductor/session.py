@@ -419,11 +419,13 @@ class PartitionRecord(_Record):
     ``feasible`` is ``measured_peak <= budget_bytes``, the meter's verdict.
     ``stages``: where ``seconds`` went, ``(stage, seconds)`` in order:
     ``joint graph`` (our conversion, convolution scratch probes included),
-    ``stock's estimate``, ``inductor budgets`` (Inductor's partitioner at
+    ``stock's estimate``, ``larger sizes`` (with dynamic shapes only: the
+    joint graph at twice its size hints, and stock's estimate there),
+    ``inductor budgets`` (Inductor's partitioner at
     every tenth of its own ``activation_memory_budget``, candidates of ours),
     ``frontier`` (minimum cuts, segments and every candidate's estimate),
     ``partition made`` (Inductor's min-cut with our choice as policies); the
-    two between are left out where no other partition was built.
+    stages between are left out where no other partition was built.
 
     Peaks are the estimate of :func:`~reorder.budget.step_peak.step_peak`
     (the forward with its saved values, the backward freeing them, in the
