@@ -314,3 +314,22 @@ def test_a_rows_accuracy_verdict_is_every_point_of_ours():
     assert budget_row(cached).as_accurate_as_stock is False
     del cached["variants"]["ours 0.66"]["as_accurate_as_stock"]  # a point measured before the rule
     assert budget_row(cached).as_accurate_as_stock is None
+
+
+def test_the_dynamic_sections_budget_table_gives_each_size_against_stock():
+    """The training rows' budget compiled once with dynamic shapes: a line per size with stock's and the budget's
+    real peaks, their ratio, the difference to stock's and, on the first size, the records' verdict; rows
+    without the variant (inference, rows measured before it) are left out, and no row with it leaves no table."""
+    from benchmarks.real.dynamic_report import budget_table
+
+    budget = {"fraction": 0.5, "real_peak": {"32": 800_000, "64": 1_000_000},
+              "difference_to_stock": {"32": 0.0, "64": 2.5e-7},
+              "records": [{"kind": "partition", "feasible": False}, {"kind": "order"}]}
+    row = {"model": "M", "mode": "train", "sizes": [32, 64],
+           "variants": {"stock": {"real_peak": {"32": 1_000_000, "64": 2_000_000}}, "budget": budget}}
+    inference = {"model": "M", "mode": "infer", "sizes": [32], "variants": {"stock": {"real_peak": {"32": 1}}}}
+    lines = budget_table([row, inference])
+    assert "memory_budget=0.5" in lines[0]
+    assert lines[-3:] == ["| M | 32 | 1.00 | 0.80 | 0.800 | 0.0e+00 | not met |",
+                          "| M | 64 | 2.00 | 1.00 | 0.500 | 2.5e-07 |  |", ""]
+    assert budget_table([inference]) == []

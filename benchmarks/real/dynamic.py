@@ -17,7 +17,12 @@ one call) of
 * **static slab** (the reference): ``use(slab=True)`` compiled for that one
   size (``dynamic=False``), a fresh compile per size;
 * **static stock**: stock compiled for that one size, which says how much of
-  a gap between the two slabs is what compiling once costs Inductor itself.
+  a gap between the two slabs is what compiling once costs Inductor itself;
+* **budget** (training rows): ``use(memory_budget=0.5)``, compiled once, whose
+  partition is chosen at the first size and at twice it
+  (:mod:`reorder.budget.frontier`); its loss and gradients against stock's at
+  every size. ``--add-budget`` measures it (and stock beside it) for cached
+  rows.
 
 The compiled-once variants stay in their context for every size, so a
 recompile (if any) goes through our passes too; the Dynamo graphs each
@@ -126,6 +131,10 @@ class Stepper:
         return m.peak
 
 
+#: The memory budget of the training rows' budget variant, a fraction of stock's estimated step peak.
+BUDGET = 0.5
+
+
 def _context(variant: str, capture_dir: Path | None):
     import contextlib
 
@@ -135,7 +144,37 @@ def _context(variant: str, capture_dir: Path | None):
         return contextlib.nullcontext()
     if variant == "hook":
         return inductor.use(compare=True, capture_dir=capture_dir)
+    if variant == "budget":
+        return inductor.use(memory_budget=BUDGET)
     return inductor.use(slab=True)
+
+
+def _compiled_once(base, mode: str, variant: str, sizes, inputs_at, capture: Path | None = None):
+    """``variant`` compiled once with ``dynamic=True`` at the first size and run at every size: its entry of the
+    row (real peak per size, Dynamo graphs compiled, seconds, records) and its outputs per size."""
+    t0 = time.perf_counter()
+    stepper = Stepper(base, mode, dynamic=True)
+    before = unique_graphs()
+    peaks, outputs = {}, {}
+    with _context(variant, capture) as session:
+        for size in sizes:
+            outputs[size] = stepper.step(inputs_at(size))  # the first size compiles
+            peaks[str(size)] = stepper.peak(inputs_at(size))
+    entry = {"real_peak": peaks, "compiles": unique_graphs() - before, "seconds": time.perf_counter() - t0,
+             "records": records_json(session)}
+    print(f"    {variant}: {peaks} ({entry['compiles']} graphs compiled, {entry['seconds']:.0f}s)", file=sys.stderr,
+          flush=True)
+    del stepper
+    return entry, outputs
+
+
+def _budget_entry(base, mode: str, sizes, inputs_at, stock_outputs: dict) -> dict:
+    """The budget variant's entry: as :func:`_compiled_once`, with its fraction and its largest difference to
+    stock's loss and gradients at each size."""
+    entry, outputs = _compiled_once(base, mode, "budget", sizes, inputs_at)
+    entry["fraction"] = BUDGET
+    entry["difference_to_stock"] = {str(size): difference(outputs[size], stock_outputs[size]) for size in sizes}
+    return entry
 
 
 #: The references compiled for one size at a time (``dynamic=False``): a name, and the variant whose context they
@@ -186,24 +225,31 @@ def run_dynamic_case(name: str, mode: str) -> dict:
         capture = GRAPHS / f"{name}_{mode}" if variant == "hook" else None
         if capture is not None:
             shutil.rmtree(capture, ignore_errors=True)  # the graphs of an earlier run are not this run's
-        t0 = time.perf_counter()
-        stepper = Stepper(base, mode, dynamic=True)
-        before = unique_graphs()
-        peaks, outputs[variant] = {}, {}
-        with _context(variant, capture) as session:
-            for size in spec.sizes:
-                outputs[variant][size] = stepper.step(inputs_at(size))  # the first size compiles
-                peaks[str(size)] = stepper.peak(inputs_at(size))
-        row["variants"][variant] = {"real_peak": peaks, "compiles": unique_graphs() - before,
-                                    "seconds": time.perf_counter() - t0, "records": records_json(session)}
-        print(f"    {variant}: {peaks} ({row['variants'][variant]['compiles']} graphs compiled, "
-              f"{row['variants'][variant]['seconds']:.0f}s)", file=sys.stderr, flush=True)
-        del stepper
+        row["variants"][variant], outputs[variant] = _compiled_once(base, mode, variant, spec.sizes, inputs_at,
+                                                                    capture)
+    if mode == "train":
+        row["variants"]["budget"] = _budget_entry(base, mode, spec.sizes, inputs_at, outputs["stock"])
     for variant in VARIANTS[1:]:
         row["difference_to_stock"][variant] = {str(size): difference(outputs[variant][size], outputs["stock"][size])
                                                for size in spec.sizes}
     for reference in STATIC:
         row["variants"][reference] = run_static(name, mode, reference)
+    torch._dynamo.reset()
+    return row
+
+
+def add_budget(name: str, mode: str) -> dict:
+    """A cached training row with the budget variant added (or measured again), stock compiled beside it for
+    its outputs."""
+    warnings.filterwarnings("ignore", message="dynamo_pgo force disabled")
+    from torch._inductor import config
+
+    config.force_disable_caches = True
+    row = json.loads((RESULTS / f"{name}_{mode}.json").read_text())
+    spec = DYNAMIC_ROWS[name]
+    base, inputs_at = _row_model(name, mode)
+    _, stock_outputs = _compiled_once(base, mode, "stock", spec.sizes, inputs_at)
+    row["variants"]["budget"] = _budget_entry(base, mode, spec.sizes, inputs_at, stock_outputs)
     torch._dynamo.reset()
     return row
 
@@ -224,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-only", action="store_true", help="only rebuild the report from the cache")
     parser.add_argument("--add-static-stock", action="store_true",
                         help="measure stock compiled per size for cached rows that lack it, and add it")
+    parser.add_argument("--add-budget", action="store_true",
+                        help="measure the budget variant (stock beside it) for the cached training rows")
     args = parser.parse_args(argv)
     models = args.models.split(",") if args.models else list(DYNAMIC_ROWS)
     unknown = [m for m in models if m not in DYNAMIC_ROWS]
@@ -234,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
         lacking = [(m, mode) for m, mode in cases if (RESULTS / f"{m}_{mode}.json").exists()
                    and "static_stock" not in json.loads((RESULTS / f"{m}_{mode}.json").read_text())["variants"]]
         run_rows(lacking, RESULTS, add_static_stock, again=True,
+                 merge=lambda cached, new: {**new, "seconds": cached.get("seconds", 0.0) + new["seconds"]})
+    elif args.add_budget:
+        cached = [(m, mode) for m, mode in cases if mode == "train" and (RESULTS / f"{m}_{mode}.json").exists()]
+        run_rows(cached, RESULTS, add_budget, again=True,
                  merge=lambda cached, new: {**new, "seconds": cached.get("seconds", 0.0) + new["seconds"]})
     elif not args.report_only:
         run_rows(cases, RESULTS, run_dynamic_case, args.again)

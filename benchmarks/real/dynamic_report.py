@@ -9,7 +9,7 @@ from ..variants import load_records
 from . import tables
 from .tables import IMAGES as REAL_IMAGES, RESULTS as REAL_RESULTS, megabytes
 
-__all__ = ["IMAGES", "RESULTS", "VARIANTS", "cached_rows", "dynamic_section", "inductor_table"]
+__all__ = ["IMAGES", "RESULTS", "VARIANTS", "budget_table", "cached_rows", "dynamic_section", "inductor_table"]
 
 RESULTS = REAL_RESULTS / "dynamic"
 IMAGES = REAL_IMAGES / "dynamic"
@@ -61,7 +61,8 @@ def plot(row: dict, path: Path) -> bool:
     fig, (absolute, relative) = plt.subplots(1, 2, figsize=(10, 4.2))
     styles = {"stock": ("stock, compiled once", "-", "o"), "hook": ("hook, compiled once", "--", "s"),
               "slab": ("slab, compiled once", "-", "^"), "static_slab": ("slab compiled per size", ":", "x"),
-              "static_stock": ("stock compiled per size", ":", "+")}
+              "static_stock": ("stock compiled per size", ":", "+"),
+              "budget": ("memory_budget, compiled once", "-.", "v")}
     for variant, (label, line, marker) in styles.items():
         if variant not in row["variants"]:
             continue
@@ -129,10 +130,37 @@ def dynamic_section() -> list[str]:
     lines += ["", f"Across the {len(rows)} rows: slab/stock at most {worst_stock:.3f}, slab/static slab at most "
                   f"{worst_static:.3f}, {fallbacks} slab fallbacks. *static stock*: stock compiled for that one "
                   f"size; stock/static stock is what compiling once for every size costs Inductor itself.", ""]
+    lines += budget_table(rows)
     for row in rows:
         path = IMAGES / f"{row['model']}_{row['mode']}.png"
         if plot(row, path):
             lines.append(f"![{row['model']} {row['mode']}](img/real/dynamic/{path.name})")
+    return lines + [""]
+
+
+def budget_table(rows: list[dict]) -> list[str]:
+    """The training rows' memory budget compiled once with dynamic shapes, against stock compiled once: real peak
+    per size, their ratio, the largest difference of the loss or a gradient to stock's, and the records' verdict
+    at the compiled sizes (empty where no row has the budget variant)."""
+    measured = [row for row in rows if "budget" in row["variants"]]
+    if not measured:
+        return []
+    lines = [f"**Memory budget under dynamic shapes**: `use(memory_budget={measured[0]['variants']['budget']['fraction']:g})` "
+             "compiled once with `dynamic=True` (`python -m benchmarks.real.dynamic --add-budget`), stock compiled "
+             "once beside it; its partition is chosen at the first size and at twice it. Estimate: the record's "
+             "verdict at the first size (met / not met). Difference: the largest of the loss and every gradient "
+             "against stock's, relative to the tensor's magnitude.", "",
+             "| model | size | stock MB | budget MB | budget/stock | difference | estimate |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    for row in measured:
+        v, budget = row["variants"], row["variants"]["budget"]
+        partitions = [r for r in budget.get("records", ()) if r.get("kind") == "partition"]
+        said = "" if not partitions else ("met" if all(r["feasible"] for r in partitions) else "not met")
+        for k, size in enumerate(row["sizes"]):
+            key = str(size)
+            stock, ours = v["stock"]["real_peak"][key], budget["real_peak"][key]
+            lines.append(f"| {row['model']} | {size} | {megabytes(stock)} | {megabytes(ours)} | {ours / stock:.3f} | "
+                         f"{budget['difference_to_stock'][key]:.1e} | {said if k == 0 else ''} |")
     return lines + [""]
 
 
