@@ -1,6 +1,7 @@
 """The budget partitioner's decision on plain data: the minimum cut, partitions, the step's estimated peak, the
 wrapper's buffer reuse, segments and the frontier's choice (no torch compile here)."""
 
+import sys
 from fractions import Fraction
 from itertools import combinations
 
@@ -474,3 +475,26 @@ def test_with_symbolic_sizes_the_frontier_is_built_at_larger_sizes():
     assert front.choose(10_040).is_stock
     static = frontier(graph, candidate_of(graph, stock, "inductor"), resolution=0.0)
     assert all(static.level(p) == p.peak.peak for p in (static.stock, *static.points))
+
+
+def test_with_symbolic_sizes_a_point_above_stock_at_the_hints_is_never_in_the_frontier(monkeypatch):
+    """A candidate far lower at twice the sizes but above stock's estimate at the hints would be chosen and then
+    refused by the partitioner (never above stock's estimate), which kept stock's partition on BERT compiled with
+    dynamic shapes (2 KB above at the hints, 17% below at twice the sizes) although another point was below both."""
+    import types
+
+    frontier_module = sys.modules["reorder.budget.frontier"]
+    graph, larger = weighted_chain(1), weighted_chain(20)
+    stock, above, below = (graph.ids(names) for names in (["a", "b", "c", "x", "w"], ["a", "c", "x", "w"],
+                                                          ["x", "w"]))
+    peaks = {(False, frozenset(stock)): 1000, (True, frozenset(stock)): 2000,
+             (False, frozenset(above)): 1001, (True, frozenset(above)): 1000,   # level 500: far lower, but above
+             (False, frozenset(below)): 990, (True, frozenset(below)): 1600}    # level 800, below at both
+    monkeypatch.setattr(frontier_module, "step_peak", lambda g, partition, *args: types.SimpleNamespace(
+        peak=peaks[(g is larger, frozenset(partition.saved))]))
+    offered = {"above": above, "below": below}
+    front = frontier(graph, candidate_of(graph, stock, "inductor", scaled=larger), prices=(), segments=(),
+                     offered=offered, scaled=larger)
+    assert [p.source for p in front.points] == ["below"] and front.choose(1).candidate.source == "below"
+    static = frontier(graph, candidate_of(graph, stock, "inductor"), prices=(), segments=(), offered=offered)
+    assert [p.source for p in static.points] == []  # at the hints alone nothing drops by the resolution

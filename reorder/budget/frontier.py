@@ -34,9 +34,10 @@ caller then passes the same graph at larger sizes (``scaled``), and the
 frontier is built on each candidate's *level*: its estimate there, scaled
 by stock's ratio between the two sizes (so a level is in the hints' bytes,
 and a fraction of stock's level is the same fraction of stock's estimate at
-the larger sizes). A point meets a budget where its level and its estimate
-at the hints both do; when none does, the lowest level is chosen. Without
-``scaled`` the level is the estimate.
+the larger sizes). A candidate above stock's estimate at the hints is left
+out (the partitioner never goes above it), a point meets a budget where its
+level and its estimate at the hints both do, and when none does, the lowest
+level is chosen. Without ``scaled`` the level is the estimate.
 
 A smaller budget therefore never gets a higher level: a point meeting it
 meets every larger budget, and the cheapest of those has the higher level. Everything here
@@ -183,7 +184,10 @@ def frontier(graph: StepGraph, stock: Candidate, prices: Sequence[Fraction | Non
         if partition.saved in seen:
             continue
         seen.add(partition.saved)
-        candidates.append(_candidate(graph, partition, source, methods, held_before, scaled))
+        candidate = _candidate(graph, partition, source, methods, held_before, scaled)
+        if scaled is not None and candidate.peak.peak > stock.peak.peak:
+            continue  # lower at larger sizes, above stock at the sizes it was compiled for: never chosen
+        candidates.append(candidate)
     least_drop = int(resolution * stock.peak.peak)
     level = Frontier(stock, ()).level
     points: list[Candidate] = []
