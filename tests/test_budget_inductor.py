@@ -728,3 +728,34 @@ def test_a_region_compiled_per_layer_runs_many_times_and_the_meter_says_so(fresh
     budget = max(r.budget_bytes for r in session.partitions)
     assert all(r.measured_peak == measured.peak and r.feasible == (measured.peak <= budget)
                for r in session.partitions)
+
+
+def test_arithmetic_on_sizes_is_recomputed_as_inductor_recomputes_it():
+    """Under dynamic shapes a batch norm's correction ``n / (n - 1)`` is Python arithmetic on size symbols (a
+    SymFloat, ``operator.truediv``): Inductor never saves one and always recomputes it. Refused both, it left no
+    valid partition, and every region of ResNet compiled with a dynamic batch fell back to Inductor's."""
+    import operator
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+    from reorder.inductor.joint_adapter import _recomputable
+    from torch._functorch.partitioners import get_default_op_list
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    t = mode.from_tensor(torch.empty(64, 8), symbolic_context=StatelessSymbolicContext(
+        dynamic_sizes=[DimDynamic.DYNAMIC, DimDynamic.STATIC]))
+    n = t.shape[0]
+    fx = torch.fx.Graph()
+    size = fx.placeholder("n")
+    size.meta["val"] = n
+    less = fx.call_function(operator.sub, (size, 1))
+    less.meta["val"] = n - 1
+    ratio = fx.call_function(operator.truediv, (size, less))
+    ratio.meta["val"] = n / (n - 1)
+    product = fx.call_function(operator.mul, (size, 2))
+    product.meta["val"] = n * 2
+    assert isinstance(ratio.meta["val"], torch.SymFloat)
+    op_types = get_default_op_list()
+    assert _recomputable(ratio, op_types)
+    assert not _recomputable(product, op_types)  # a SymInt: a size, handed to the backward as Inductor hands it

@@ -115,6 +115,8 @@ def _recomputable(node, op_types) -> bool:
         return False
     if node.target is operator.getitem:
         return True
+    if isinstance(node.meta.get("val"), (torch.SymFloat, torch.SymBool)):
+        return True  # arithmetic on sizes (a batch norm's 1 / (n - 1)): never saved, so recomputed, as Inductor does
     target = node.target
     if not isinstance(target, torch._ops.OpOverload) or target.namespace not in ("aten", "prims"):
         return False  # collectives, higher-order, custom or Python ops: effects we cannot replay
