@@ -315,8 +315,8 @@ def test_the_joint_graph_as_plain_data():
 
 
 class Attention(nn.Module):
-    """One self-attention through ``scaled_dot_product_attention`` (on CPU: ``_scaled_dot_product_flash_attention_for_cpu``,
-    an op tagged as seeded for its dropout) and a projection."""
+    """One self-attention through ``scaled_dot_product_attention`` (on CPU:
+    ``_scaled_dot_product_flash_attention_for_cpu``, an op tagged as seeded for its dropout) and a projection."""
 
     def __init__(self, dropout: float):
         super().__init__()

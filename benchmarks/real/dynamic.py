@@ -261,6 +261,11 @@ def add_static_stock(name: str, mode: str) -> dict:
     return row
 
 
+def _seconds_added(cached: dict, new: dict) -> dict:
+    """A row measured partly again: the new row, with the seconds of both runs."""
+    return {**new, "seconds": cached.get("seconds", 0.0) + new["seconds"]}
+
+
 # ---------------------------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.real.dynamic", description=__doc__.splitlines()[0])
@@ -282,11 +287,11 @@ def main(argv: list[str] | None = None) -> int:
         lacking = [(m, mode) for m, mode in cases if (RESULTS / f"{m}_{mode}.json").exists()
                    and "static_stock" not in json.loads((RESULTS / f"{m}_{mode}.json").read_text())["variants"]]
         run_rows(lacking, RESULTS, add_static_stock, again=True,
-                 merge=lambda cached, new: {**new, "seconds": cached.get("seconds", 0.0) + new["seconds"]})
+                 merge=_seconds_added)
     elif args.add_budget:
         cached = [(m, mode) for m, mode in cases if mode == "train" and (RESULTS / f"{m}_{mode}.json").exists()]
         run_rows(cached, RESULTS, add_budget, again=True,
-                 merge=lambda cached, new: {**new, "seconds": cached.get("seconds", 0.0) + new["seconds"]})
+                 merge=_seconds_added)
     elif not args.report_only:
         run_rows(cases, RESULTS, run_dynamic_case, args.again)
     write_report(BENCH_RESULTS / "bench")

@@ -145,11 +145,12 @@ def budget_table(rows: list[dict]) -> list[str]:
     measured = [row for row in rows if "budget" in row["variants"]]
     if not measured:
         return []
-    lines = [f"**Memory budget under dynamic shapes**: `use(memory_budget={measured[0]['variants']['budget']['fraction']:g})` "
-             "compiled once with `dynamic=True` (`python -m benchmarks.real.dynamic --add-budget`), stock compiled "
-             "once beside it; its partition is chosen at the first size and at twice it. Estimate: the record's "
-             "verdict at the first size (met / not met). Difference: the largest of the loss and every gradient "
-             "against stock's, relative to the tensor's magnitude.", "",
+    fraction = measured[0]["variants"]["budget"]["fraction"]
+    lines = [f"**Memory budget under dynamic shapes**: `use(memory_budget={fraction:g})` compiled once with "
+             "`dynamic=True` (`python -m benchmarks.real.dynamic --add-budget`), stock compiled once beside it; its "
+             "partition is chosen at the first size and at twice it. Estimate: the record's verdict at the first "
+             "size (met / not met). Difference: the largest of the loss and every gradient against stock's, "
+             "relative to the tensor's magnitude.", "",
              "| model | size | stock MB | budget MB | budget/stock | difference | estimate |",
              "|---|---:|---:|---:|---:|---:|---|"]
     for row in measured:

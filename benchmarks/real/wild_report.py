@@ -212,6 +212,7 @@ def wild_section(folder: Path = WILD) -> list[str]:
              "budget section's alternation); `verdicts agree`: our records' verdict from the compiled graphs' "
              "estimate, before anything ran, against the measured step (met: at most 2% above the budget; not met: "
              "at least 2% below it is a disagreement; the dynamic row's step at its first length, the sizes it "
-             "was compiled for, which its budget is a fraction of stock's estimate at).", "", *markdown(SUMMARY, rows), ""]
+             "was compiled for, which its budget is a fraction of stock's estimate at).", "",
+             *markdown(SUMMARY, rows), ""]
     return lines + details_with_plots(rows, _detail, plot_wild, lambda r: f"wild-{r.row}.png",
                                       lambda r: f"{r.row}: real peak against step time")

@@ -40,13 +40,14 @@ level and its estimate at the hints both do, and when none does, the lowest
 level is chosen. Without ``scaled`` the level is the estimate.
 
 A smaller budget therefore never gets a higher level: a point meeting it
-meets every larger budget, and the cheapest of those has the higher level. Everything here
-is a count (the prices, our ordering methods' effort), so one step graph
+meets every larger budget, and the cheapest of those has the higher level.
+Everything here is a count (the prices, our ordering methods' effort), so one step graph
 (with its measured scratch) gives the same choice on any machine.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Iterable, Mapping, Sequence
@@ -57,8 +58,8 @@ from .segments import SEGMENTS, segment_boundaries
 from .step_graph import StepGraph
 from .step_peak import ORDER_METHODS, StepPeak, step_peak
 
-__all__ = ["PRICES", "RESOLUTION", "SEGMENT_PRICES", "Candidate", "Choice", "Frontier", "candidate_of", "frontier",
-           "price_label"]
+__all__ = ["PRICES", "RESOLUTION", "SEGMENT_PRICES", "Candidate", "Choice", "Frontier", "at_larger_sizes",
+           "candidate_of", "frontier", "price_label"]
 
 #: Prices of recomputation tried, in bytes saved per unit of cost: None (infinite: recompute nothing), powers of
 #: two from 16 down to 2**-24 (a matrix product of inner size k frees about 2/k bytes per operation, an attention
@@ -124,10 +125,7 @@ class Frontier:
     def level(self, candidate: Candidate) -> int:
         """``candidate``'s estimated peak, or, where it has one at larger sizes, that one scaled by stock's ratio
         between the hints' estimate and the larger sizes' (see the module docstring)."""
-        stock = self.stock
-        if candidate.scaled_peak is None or not stock.scaled_peak:
-            return candidate.peak.peak
-        return -(-candidate.scaled_peak * stock.peak.peak // stock.scaled_peak)
+        return _level(candidate, self.stock)
 
     def choose(self, budget: int) -> Choice:
         """The cheapest candidate whose estimated peak is at most ``budget`` bytes (see the module docstring)."""
@@ -141,6 +139,12 @@ class Frontier:
         return Choice(self.lowest, budget, False)
 
 
+def _level(candidate: Candidate, stock: Candidate) -> int:
+    if candidate.scaled_peak is None or not stock.scaled_peak:
+        return candidate.peak.peak
+    return -(-candidate.scaled_peak * stock.peak.peak // stock.scaled_peak)
+
+
 def candidate_of(graph: StepGraph, saved: Iterable[int], source: str, methods: Sequence[str] = ORDER_METHODS,
                  held_before: int = 0, scaled: StepGraph | None = None) -> Candidate:
     """The partition that saves ``saved`` (stock's: the values Inductor saves) with its estimated step peak, and
@@ -151,10 +155,16 @@ def candidate_of(graph: StepGraph, saved: Iterable[int], source: str, methods: S
 
 def _candidate(graph: StepGraph, partition: Partition, source: str, methods: Sequence[str], held_before: int,
                scaled: StepGraph | None) -> Candidate:
-    scaled_peak = None
-    if scaled is not None:  # the same nodes, so the same saved values make the same partition there
-        scaled_peak = step_peak(scaled, partition_of(scaled, partition.saved), methods, held_before).peak
-    return Candidate(partition, step_peak(graph, partition, methods, held_before), source, scaled_peak)
+    candidate = Candidate(partition, step_peak(graph, partition, methods, held_before), source)
+    return candidate if scaled is None else at_larger_sizes(candidate, scaled, methods, held_before)
+
+
+def at_larger_sizes(candidate: Candidate, scaled: StepGraph, methods: Sequence[str] = ORDER_METHODS,
+                    held_before: int = 0) -> Candidate:
+    """``candidate`` with its estimated step peak on ``scaled`` (the same graph at larger sizes: the same nodes,
+    so the same saved values make the same partition there)."""
+    partition = partition_of(scaled, candidate.partition.saved)
+    return dataclasses.replace(candidate, scaled_peak=step_peak(scaled, partition, methods, held_before).peak)
 
 
 def frontier(graph: StepGraph, stock: Candidate, prices: Sequence[Fraction | None] = PRICES,
@@ -189,9 +199,8 @@ def frontier(graph: StepGraph, stock: Candidate, prices: Sequence[Fraction | Non
             continue  # lower at larger sizes, above stock at the sizes it was compiled for: never chosen
         candidates.append(candidate)
     least_drop = int(resolution * stock.peak.peak)
-    level = Frontier(stock, ()).level
     points: list[Candidate] = []
-    for candidate in sorted(candidates, key=lambda c: (c.cost, level(c))):
-        if level(candidate) < (level(points[-1]) if points else stock.peak.peak) - least_drop:
+    for candidate in sorted(candidates, key=lambda c: (c.cost, _level(c, stock))):
+        if _level(candidate, stock) < (_level(points[-1], stock) if points else stock.peak.peak) - least_drop:
             points.append(candidate)
     return Frontier(stock, tuple(points))

@@ -54,7 +54,7 @@ import logging
 import threading
 import time
 
-from ..budget.frontier import Candidate, Frontier, candidate_of, frontier
+from ..budget.frontier import Candidate, Frontier, at_larger_sizes, candidate_of, frontier
 from ..budget.partition import partition_of
 from ..budget.step_graph import StepGraph
 from ..budget.step_peak import donated_values, free_values, programs_of, step_peak
@@ -131,8 +131,8 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
                                       inputs_are_activations=bool(earlier),
                                       model_rewrites=self.options.model_rewrites)
         lap("joint graph")
-        stock_saved = _saved(graph, stock[0], num_fwd_outputs, gm)
-        stock_candidate = candidate_of(graph, stock_saved, "inductor", held_before=held_before)
+        stock_candidate = candidate_of(graph, _saved(graph, stock[0], num_fwd_outputs, gm), "inductor",
+                                       held_before=held_before)
         stock_peak = stock_candidate.peak.peak - held_before + sum(r.stock_saved_bytes for r in earlier.values())
         budget = self.options.memory_budget
         budget_bytes = budget if isinstance(budget, int) else max(1, int(budget * stock_peak))
@@ -143,8 +143,7 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
         else:
             scaled = _at_larger_sizes(gm, num_fwd_outputs, kwargs, name, bool(earlier), self.options, graph)
             if scaled is not None:
-                stock_candidate = candidate_of(graph, stock_saved, "inductor", held_before=held_before,
-                                               scaled=scaled)
+                stock_candidate = at_larger_sizes(stock_candidate, scaled, held_before=held_before)
                 lap("larger sizes")
             offered = {f"inductor budget {b:g}": [graph.index[n] for n in names if n in graph.index]
                        for b, names in _inductor_choices(gm, joint_inputs, kwargs, INDUCTOR_BUDGETS).items()}
