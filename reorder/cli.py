@@ -640,6 +640,7 @@ def compare_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--variants", default=",".join(VARIANTS),
                    help=f"comma-separated: {', '.join(VARIANTS)}; budget:F (use(memory_budget=F), F a fraction of "
                         f"stock's estimated step peak in (0, 1]), budget:12MB (bytes: B, KB, MB, GB, KiB, MiB, GiB), "
+                        f"budget:0.5x4 (each compiled region run 4 times a step: a compile per layer), "
                         f"inductor-budget:F (stock with Inductor's own activation_memory_budget=F)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--out", default="compare-out", help="folder for the plot and compare.json (default: ./compare-out)")

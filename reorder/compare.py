@@ -77,14 +77,23 @@ class Variant:
 
         ``budget:F`` is ``use(memory_budget=F)``: a number with no unit is a
         fraction of stock's estimated step peak, in (0, 1]; bytes take a unit
-        (``12MB``, ``1.5GiB``, ``500000B``). ``inductor-budget:F`` is stock
+        (``12MB``, ``1.5GiB``, ``500000B``); ``budget:0.5x4`` is
+        ``use(memory_budget=0.5, region_calls=4)``, for a region run four
+        times a step (each layer compiled on its own). ``inductor-budget:F`` is stock
         with Inductor's own ``activation_memory_budget=F``, F in [0, 1].
         """
         name, colon, value = spec.strip().partition(":")
         if name in VARIANTS and not colon:
             return cls(spec, VARIANTS[name])
         if name == "budget" and value:
-            return cls(spec, {"memory_budget": budget_value(value, spec)})
+            value, x, calls = value.partition("x")
+            hook = {"memory_budget": budget_value(value, spec)}
+            if x:
+                if not calls.strip().isdigit() or int(calls) < 1:
+                    raise ReorderError(f"variant {spec!r}: 'xN' after a budget is how many times each compiled "
+                                       f"region runs a step (region_calls), an int >= 1")
+                hook["region_calls"] = int(calls)
+            return cls(spec, hook)
         if name == "inductor-budget" and value:
             try:
                 fraction = float(value)
@@ -94,7 +103,8 @@ class Variant:
                 raise ReorderError(f"variant {spec!r}: Inductor's activation_memory_budget is a fraction in [0, 1]")
             return cls(spec, None, (("activation_memory_budget", fraction),))
         raise ReorderError(f"variant {spec!r}: known variants are {', '.join(VARIANTS)}, budget:FRACTION, "
-                           f"budget:BYTES (with a unit: 12MB, 1.5GiB) and inductor-budget:FRACTION")
+                           f"budget:BYTES (with a unit: 12MB, 1.5GiB), either followed by xCALLS, and "
+                           f"inductor-budget:FRACTION")
 
     @contextlib.contextmanager
     def context(self) -> Iterator:

@@ -211,6 +211,21 @@ def test_the_step_peak_of_the_chain_by_hand():
     assert step_peak(graph, partition_of(graph, graph.ids(["a", "c", "x"])), held_before=1000).peak == 2300
 
 
+def test_a_region_run_three_times_a_step_holds_what_its_other_calls_saved():
+    """One call of the chain peaks at 1300 B whether ``b`` is saved or recomputed; run three times a step (a
+    compile per layer), the last call runs beside the other two calls' saved values, so saving less wins:
+    1300 + 2 x 900 against 1300 + 2 x 500, and only the recomputing partition meets a 2500 B budget."""
+    graph = chain()
+    saving, recomputing = (partition_of(graph, graph.ids(names)) for names in (["a", "b", "c", "x"], ["a", "c", "x"]))
+    assert step_peak(graph, saving, calls=3) == StepPeak(peak=3100, forward=904, backward=1300, saved=900,
+                                                           held_before=1800)
+    assert step_peak(graph, recomputing, held_before=1000, calls=3).peak == 1000 + 1000 + 1300
+    stock = candidate_of(graph, saving.saved, "inductor", calls=3)
+    choice = frontier(graph, stock, calls=3).choose(2500)
+    assert choice.feasible and choice.candidate.partition.saved == recomputing.saved
+    assert choice.candidate.peak.peak == 2300
+
+
 def test_the_backward_lists_a_recomputed_node_just_before_its_first_use():
     graph = chain()
     partition = partition_of(graph, graph.ids(["a", "c", "x"]))

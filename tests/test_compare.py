@@ -167,6 +167,8 @@ def test_the_plot_and_the_table_put_each_variants_real_peak_beside_its_step_time
     ("budget:1", {"memory_budget": 1.0}, ()), ("budget:12MB", {"memory_budget": 12_000_000}, ()),
     ("budget:1.5MiB", {"memory_budget": 1_572_864}, ()), ("budget:4096B", {"memory_budget": 4096}, ()),
     ("inductor-budget:0", None, (("activation_memory_budget", 0.0),)),
+    ("budget:0.5x4", {"memory_budget": 0.5, "region_calls": 4}, ()),
+    ("budget:12MBx2", {"memory_budget": 12_000_000, "region_calls": 2}, ()),
 ])
 def test_variant_specs_name_hook_options_or_inductors_own_budget(spec, hook, functorch):
     variant = Variant.parse(spec)
@@ -182,6 +184,8 @@ def test_variant_specs_name_hook_options_or_inductors_own_budget(spec, hook, fun
     ("budget:0.1B", "a budget in bytes must be at least 1 B"),
     ("inductor-budget:1.5", "Inductor's activation_memory_budget is a fraction in [0, 1]"),
     ("budget", "known variants are"),
+    ("budget:0.5x0", "'xN' after a budget is how many times each compiled region runs a step"),
+    ("budget:0.5xfour", "(region_calls), an int >= 1"),
 ])
 def test_bad_variant_specs_are_one_line_naming_the_spec(spec, message):
     with pytest.raises(ReorderError) as caught:
@@ -268,8 +272,8 @@ def test_unknown_variant_is_one_line_and_exit_2(tmp_path):
     done = _reorder("compare", str(script), "--variants", "stock,fast", cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip() == ("reorder: error: --variants 'stock,fast': variant 'fast': known variants are stock, "
-                                   "hook, slab, guard, budget:FRACTION, budget:BYTES (with a unit: 12MB, 1.5GiB) and "
-                                   "inductor-budget:FRACTION")
+                                   "hook, slab, guard, budget:FRACTION, budget:BYTES (with a unit: 12MB, 1.5GiB), "
+                                   "either followed by xCALLS, and inductor-budget:FRACTION")
 
 
 TRAINING_SCRIPT = textwrap.dedent('''

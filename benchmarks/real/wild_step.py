@@ -6,7 +6,8 @@
 
 A Llama-style decoder built from its ``transformers`` config (seeded random weights, nothing downloaded) trains
 with SGD; ``ROW`` says how the step is written (:data:`ROWS`); ``SPEC`` is a variant of ``reorder compare``
-(``stock``, ``budget:0.5``, ``inductor-budget:0.3``, :class:`reorder.compare.Variant`). Inductor's caches are off,
+(``stock``, ``budget:0.5``, ``inductor-budget:0.3``, :class:`reorder.compare.Variant`; on the rows that compile
+each layer on its own, our budgets count every layer's call: :func:`variant_spec`). Inductor's caches are off,
 so the first step compiles everything. The result file holds: the compile seconds (the first step's seconds minus
 a steady step's, and Dynamo's own count), the real peak of one step measured by :func:`reorder.measure.measure`
 (the hook's session's :meth:`~reorder.inductor.Session.measure_step` for our variants, which puts the meter's
@@ -99,6 +100,13 @@ def step_function(model, args, compiled: bool = True):
     return whole
 
 
+def variant_spec(args) -> str:
+    """The variant as compiled: on the rows that compile each layer on its own, our budgets count every layer's
+    call of the one region (``budget:0.5`` becomes ``budget:0.5x4`` with four layers: ``region_calls=4``)."""
+    per_layer = args.row in ("per-layer", "fsdp") and args.variant.startswith("budget:") and "x" not in args.variant
+    return f"{args.variant}x{args.layers}" if per_layer else args.variant
+
+
 def _shard(model) -> None:
     from torch.distributed.fsdp import fully_shard
 
@@ -161,8 +169,8 @@ def run(args) -> dict:
         grads = [p.grad for p in model.parameters() if p.grad is not None]
         return [g.to_local() if hasattr(g, "to_local") else g for g in grads]
 
-    result: dict = {"row": args.row, "variant": args.variant, "rank": args.rank}
-    with Variant.parse(args.variant).context() as session:
+    result: dict = {"row": args.row, "variant": args.variant, "rank": args.rank, "spec": variant_spec(args)}
+    with Variant.parse(result["spec"]).context() as session:
         t0 = time.perf_counter()
         first = step(batches[0])
         first_seconds = time.perf_counter() - t0

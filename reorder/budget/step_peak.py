@@ -42,7 +42,10 @@ than the lower orders our methods find for the fine-grained nodes, which
 fused kernels cannot always follow. ``methods`` also judges the program in
 the order they choose (in Inductor's model, as the reorder pass does), the
 higher of the two peaks counting. A step compiled in several regions (graph
-breaks) holds what earlier regions saved: ``held_before`` adds it.
+breaks) holds what earlier regions saved: ``held_before`` adds it. A
+region that runs ``calls`` times a step before its backward (a compile per
+decoder layer) holds what its other calls saved while the last one runs,
+forward and backward: ``(calls - 1) x`` the partition's saved bytes more.
 
 This is a model of fused kernels, not Inductor's scheduler itself; how far it
 is from the allocator's real peak is measured on the real-model benchmark
@@ -70,8 +73,8 @@ ORDER_METHODS: tuple[str, ...] = ()
 
 @dataclass(frozen=True)
 class StepPeak:
-    """Estimated bytes above the step's start: ``peak`` (what earlier regions hold, ``held_before``, plus the
-    higher of the two programs' peaks), ``forward`` (the forward's peak, saved values accumulating),
+    """Estimated bytes above the step's start: ``peak`` (what is held beside the region, ``held_before``: earlier
+    regions' and the region's other calls' saved values, plus the higher of the two programs' peaks), ``forward`` (the forward's peak, saved values accumulating),
     ``backward`` (the backward's, from the saved values and tangents it starts with) and ``saved`` (what the
     forward hands the backward)."""
 
@@ -83,10 +86,12 @@ class StepPeak:
 
 
 def step_peak(graph: StepGraph, partition: Partition, methods: Sequence[str] = ORDER_METHODS,
-              held_before: int = 0) -> StepPeak:
-    """The step's estimated peak under ``partition`` (see the module docstring)."""
+              held_before: int = 0, calls: int = 1) -> StepPeak:
+    """The step's estimated peak under ``partition`` (see the module docstring): ``held_before`` bytes of earlier
+    regions, and the region run ``calls`` times a step."""
     fw, bw = (judged_peak(program, methods) for program in programs_of(graph, partition))
-    return StepPeak(held_before + max(fw, bw), fw, bw, partition.saved_bytes, held_before)
+    held = held_before + (calls - 1) * partition.saved_bytes
+    return StepPeak(held + max(fw, bw), fw, bw, partition.saved_bytes, held)
 
 
 def judged_peak(program: AllocationModel, methods: Sequence[str] = ORDER_METHODS) -> int:

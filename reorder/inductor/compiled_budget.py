@@ -394,12 +394,12 @@ def owned_copies(session: Session | None, graph_name: str, graph_inputs: Iterabl
 
 
 def amend(session: Session, plan: RegionPlan) -> None:
-    """The region's record with its compiled peak (what earlier regions hold, plus the higher of its two
+    """The region's record with its compiled peak (what earlier regions and its other calls hold, plus the higher of its two
     graphs') and a verdict that holds only if that fits too; a WARNING where the plan met the budget and the
     compiled graphs do not."""
     record = plan.record
-    compiled = record.held_before + max(plan.peaks.values())
-    modelled = record.held_before + max(plan.modelled.values()) if len(plan.modelled) == 2 else None
+    compiled = record.held_beside + max(plan.peaks.values())
+    modelled = record.held_beside + max(plan.modelled.values()) if len(plan.modelled) == 2 else None
     amended = dataclasses.replace(record, compiled_peak=compiled, modelled_peak=modelled,
                                   feasible=record.peak <= record.budget_bytes and compiled <= record.budget_bytes)
     session.replace(record, amended)

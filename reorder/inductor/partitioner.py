@@ -34,7 +34,10 @@ A step compiled in several regions (a graph break) runs their forwards one
 after another and their backwards in reverse, so each region's estimate
 adds what the earlier regions of the same session saved (``held_before``),
 and counts its own inputs that are not parameters as activations the step
-holds. A region compiled again (same joint graph) does not count itself.
+holds. A region compiled again (same joint graph) does not count itself. A
+region that runs several times a step (a compile per layer) adds what its
+other calls save, under each candidate's partition: the hook's
+``region_calls`` says how many.
 
 Its promises: never fail the compile (any error keeps stock's partition,
 with a WARNING on the ``reorder`` logger and a ``FallbackRecord`` with
@@ -126,14 +129,18 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
         num_fwd_outputs = kwargs["num_fwd_outputs"]
         digest = joint_digest(gm)
         earlier = {r.digest: r for r in (session.partitions if session is not None else ()) if r.digest != digest}
-        held_before = sum(r.saved_bytes for r in earlier.values())
+        calls = self.options.region_calls
+        held_before = sum(r.saved_bytes * r.calls for r in earlier.values())
+        # a later region's inputs, and a region's own run many times (the previous call's output), are the step's
+        inputs_are_activations = bool(earlier) or calls > 1
         graph = step_graph_from_joint(gm, num_fwd_outputs, kwargs.get("static_lifetime_input_indices"), name,
-                                      inputs_are_activations=bool(earlier),
+                                      inputs_are_activations=inputs_are_activations,
                                       model_rewrites=self.options.model_rewrites)
         lap("joint graph")
         stock_candidate = candidate_of(graph, _saved(graph, stock[0], num_fwd_outputs, gm), "inductor",
-                                       held_before=held_before)
-        stock_peak = stock_candidate.peak.peak - held_before + sum(r.stock_saved_bytes for r in earlier.values())
+                                       held_before=held_before, calls=calls)
+        stock_peak = (stock_candidate.peak.peak - held_before
+                      + sum(r.stock_saved_bytes * r.calls for r in earlier.values()))
         budget = self.options.memory_budget
         budget_bytes = budget if isinstance(budget, int) else max(1, int(budget * stock_peak))
         lap("stock's estimate")
@@ -141,14 +148,16 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
         if budget_bytes >= stock_candidate.peak.peak:  # stock is the choice whatever the others reach
             front = Frontier(stock_candidate, ())
         else:
-            scaled = _at_larger_sizes(gm, num_fwd_outputs, kwargs, name, bool(earlier), self.options, graph)
+            scaled = _at_larger_sizes(gm, num_fwd_outputs, kwargs, name, inputs_are_activations, self.options,
+                                      graph)
             if scaled is not None:
-                stock_candidate = at_larger_sizes(stock_candidate, scaled, held_before=held_before)
+                stock_candidate = at_larger_sizes(stock_candidate, scaled, held_before=held_before, calls=calls)
                 lap("larger sizes")
             offered = {f"inductor budget {b:g}": [graph.index[n] for n in names if n in graph.index]
                        for b, names in _inductor_choices(gm, joint_inputs, kwargs, INDUCTOR_BUDGETS).items()}
             lap("inductor budgets")
-            front = frontier(graph, stock_candidate, held_before=held_before, offered=offered, scaled=scaled)
+            front = frontier(graph, stock_candidate, held_before=held_before, offered=offered, scaled=scaled,
+                             calls=calls)
             lap("frontier")
         choice = front.choose(budget_bytes)
         chosen, modules, note = choice.candidate, stock, ""
@@ -156,7 +165,8 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
             modules = _min_cut_with_policies(gm, joint_inputs, kwargs, graph, chosen.partition)
             made = partition_of(graph, _saved(graph, modules[0], num_fwd_outputs, gm))
             if made.saved != chosen.partition.saved:
-                made_candidate = Candidate(made, step_peak(graph, made, held_before=held_before), chosen.source)
+                made_candidate = Candidate(made, step_peak(graph, made, held_before=held_before, calls=calls),
+                                           chosen.source)
                 note = (f"Inductor's min-cut saved another set than planned (estimated {chosen.peak.peak:,} B "
                         f"planned, {made_candidate.peak.peak:,} B made)")
                 chosen = made_candidate
@@ -187,6 +197,7 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
             seconds=time.perf_counter() - t0,
             note=note.lstrip("; "),
             stages=tuple(stages.items()),
+            calls=calls,
         )
         # the compiled graphs of a region after the first take the activations handed over as inputs that
         # Inductor's model of them leaves out (named as parameters are): they are not checked

@@ -104,6 +104,14 @@ class HookOptions:
         is bytes above the step's start, a ``float`` in (0, 1] a fraction of
         the estimated step peak of Inductor's own partition. None leaves the
         partition to Inductor.
+    region_calls: how many times each budgeted region runs a step before its
+        backward: 1 (the default) for a model compiled whole; the number of
+        layers where each layer is compiled on its own (``layer.compile()``,
+        FSDP), which compiles one region that every layer calls. Each call's
+        saved values are held while the last call runs, forward and
+        backward, so the estimates, the fraction and the verdict are of the
+        step with all ``region_calls`` calls (what :func:`reorder.measure.measure`
+        measures); :meth:`Session.measure_step` says the number a step ran.
     scalar_aliases: in joint graphs, give each later reader of a scalar computed
         from an unspecialized float input its own alias of it, so that under
         ``dynamic=True`` the forward saves what a static compile saves
@@ -125,6 +133,7 @@ class HookOptions:
     fusion_slack_bytes: int = 0
     fusion_slack_fraction: float = 0.01
     memory_budget: int | float | None = None
+    region_calls: int = 1
     scalar_aliases: bool = True
     model_rewrites: tuple[str, ...] | None = None
 
@@ -195,6 +204,11 @@ class HookOptions:
                                f"peak); for a fraction of stock's estimated step peak write a float "
                                f"({float(budget)!r})")
         object.__setattr__(self, "memory_budget", budget)
+        calls = self.region_calls
+        if isinstance(calls, bool) or not isinstance(calls, numbers.Integral) or calls < 1:
+            raise ReorderError(f"hook option region_calls={calls!r}: expected how many times a region runs a step "
+                               f"(an int >= 1)")
+        object.__setattr__(self, "region_calls", int(calls))
         if self.poison:
             object.__setattr__(self, "slab", True)
 
@@ -399,7 +413,10 @@ class PartitionRecord(_Record):
     ``held_before``: what earlier regions of the same
     session saved, which this region's estimates include (a step compiled in
     several regions holds them while this one runs); ``stock_peak`` then
-    counts what the earlier regions' stock partitions saved. ``digest``: the
+    counts what the earlier regions' stock partitions saved. ``calls``: how
+    many times the region runs a step (the hook's ``region_calls``): every
+    peak, stock's too, counts what the other calls saved
+    (:attr:`held_beside`). ``digest``: the
     joint graph's (a region compiled again is not an earlier region).
     ``seconds``: our conversion, candidates and check. ``note``: where the
     partition Inductor made from our choice differs from the plan.
@@ -458,8 +475,15 @@ class PartitionRecord(_Record):
     measured_peak: int | None = None
     outside_bytes: int | None = None
     stages: tuple[tuple[str, float], ...] = ()
+    calls: int = 1
 
     kind = "partition"
+
+    @property
+    def held_beside(self) -> int:
+        """Bytes the step holds while the region's last call runs: what earlier regions saved, and what its
+        other calls saved under the chosen partition."""
+        return self.held_before + (self.calls - 1) * self.saved_bytes
 
 
 @dataclass(frozen=True)
@@ -627,8 +651,8 @@ class Session:
         session's regions, each of which counts what earlier regions hold). A WARNING where an estimate had said
         met. Returns the :class:`~reorder.measure.MemoryMeasurement`. Call it with the step the session compiled
         (after the first call, which compiles). A region compiled once and run several times a step (a compile
-        per layer, FSDP) has one record, whose fraction is of one call's estimate: the step holds what the other
-        calls saved beside it, so a WARNING asks for the step's budget in bytes, which the meter checks as is."""
+        per layer, FSDP) has one record, whose estimates count ``region_calls`` calls: where the step ran more
+        compiled calls than that, a WARNING gives the ``region_calls`` that counts them all."""
         from ..measure import measure
 
         measured = measure(step, device)
@@ -639,11 +663,12 @@ class Session:
         outside = measured.outside_compiled_bytes
         calls = len(measured.forward_calls)
         regions = len({r.digest or r.graph for r in records})
-        if calls > regions and any(isinstance(r.budget, float) for r in records):
-            log.warning("reorder: the step ran %d compiled forward calls of %d budgeted regions: a region that runs "
-                        "several times a step (a compile per layer) got a fraction of one call's estimate, which "
-                        "the step's peak exceeds by what the other calls hold; give the step's budget in bytes",
-                        calls, regions)
+        counted = max(r.calls for r in records)
+        if calls > regions * counted:
+            log.warning("reorder: the step ran %d compiled forward calls of %d budgeted regions, whose estimates "
+                        "count %d call(s) each: the step holds what the other calls saved beside the last; compile "
+                        "with use(memory_budget=..., region_calls=%d) for estimates, a fraction and a verdict of "
+                        "the whole step", calls, regions, counted, -(-calls // regions))
         for record in records:
             amended = dataclasses.replace(record, measured_peak=measured.peak, outside_bytes=outside,
                                           feasible=measured.peak <= budget)
@@ -831,6 +856,8 @@ def partition_line(r: PartitionRecord) -> str:
     (the measured step where :meth:`Session.measure_step` measured one, else the compiled graphs' estimate where
     they were checked, else the partition's), the other figures, and what the partition saves and recomputes."""
     budget = f"{r.budget:g} of stock's {format_bytes(r.stock_peak)}" if isinstance(r.budget, float) else "given"
+    if r.calls > 1:
+        budget += f"; the region run {r.calls} times a step, every estimate counting all the calls"
     estimates = f"estimated step peak {format_bytes(r.stock_peak)} -> {format_bytes(r.peak)}"
     if r.compiled_peak is not None:
         estimates += f", compiled graphs {format_bytes(r.compiled_peak)}"
