@@ -68,7 +68,11 @@ class MemoryMeasurement:
     step (empty when no autograd ran); ``held_at_backward``: live bytes where
     backward began; ``compiled_calls``: one region per call of a compiled
     graph; ``cuda``: ``max_memory_allocated``/``max_memory_reserved`` above
-    the start, on CUDA.
+    the start, on CUDA; ``peak_composition``: the peak's bytes by where they
+    were allocated (:func:`peak_composition`); ``outside_by_phase``: the most
+    bytes eager code held while the compiled forwards ran, between them and
+    the backwards, and while the compiled backwards ran (:func:`outside_held`:
+    what a memory budget's ``held_outside`` counts for the step's eager code).
     """
 
     device: str
@@ -82,6 +86,7 @@ class MemoryMeasurement:
     compiled_calls: tuple[Region, ...] = ()
     cuda: dict[str, int] | None = None
     peak_composition: dict[str, int] = field(default_factory=dict)
+    outside_by_phase: dict[str, int] = field(default_factory=dict)
 
     @property
     def outside_compiled_bytes(self) -> int:
@@ -100,7 +105,7 @@ class MemoryMeasurement:
             "frees": self.frees, "held_at_backward": self.held_at_backward, "cuda": self.cuda,
             "phases": {k: vars(r) for k, r in self.phases.items()},
             "compiled_calls": [vars(r) for r in self.compiled_calls],
-            "peak_composition": self.peak_composition,
+            "peak_composition": self.peak_composition, "outside_by_phase": self.outside_by_phase,
         }
 
 
@@ -153,6 +158,53 @@ def _outermost_operator_end(event) -> int | None:
     return end
 
 
+def _paired_allocations(tree: list, device: torch.device) -> tuple[list, dict[int, int], list[int]]:
+    """The allocator's events of ``device`` in time order, each allocation's free time by the allocation's index
+    (paired by address), and the indices of frees of memory allocated before the measurement began."""
+    want_cuda = device.type == "cuda"
+    allocation = torch._C._profiler._EventType.Allocation
+    events = sorted((e for e in _walk(tree) if e.tag == allocation and e.extra_fields.alloc_size
+                     and (e.extra_fields.device.type == "cuda") == want_cuda), key=lambda e: e.start_time_ns)
+    open_at: dict[int, int] = {}        # address -> index of its live allocation
+    freed_at: dict[int, int] = {}       # index of an allocation -> time of its free
+    unmatched: list[int] = []
+    for k, event in enumerate(events):
+        ptr, size = event.extra_fields.ptr, event.extra_fields.alloc_size
+        if size > 0:
+            open_at[ptr] = k
+        elif ptr in open_at:
+            freed_at[open_at.pop(ptr)] = event.start_time_ns
+        else:
+            unmatched.append(k)
+    return events, freed_at, unmatched
+
+
+#: The phases of a training step in which :func:`outside_held` counts what eager code holds.
+OUTSIDE_PHASES = ("forward", "between", "backward")
+
+
+def outside_held(tree: list, device: torch.device, calls: list[tuple[int, int, bool]]) -> dict[str, int]:
+    """The most bytes eager code (anything outside the compiled graphs' calls, ``calls`` as ``(start, end,
+    in_backward)`` ns) holds in each phase of :data:`OUTSIDE_PHASES`: while a compiled forward runs, from the
+    end of the last compiled forward to the start of the first compiled backward (every call's saved values
+    held), and while a compiled backward runs. Empty where no compiled forward and backward both ran."""
+    forwards = [(s, e) for s, e, backward in calls if not backward]
+    backwards = [(s, e) for s, e, backward in calls if backward]
+    if not forwards or not backwards:
+        return {}
+    events, freed_at, _ = _paired_allocations(tree, device)
+    eager = [(e.start_time_ns, freed_at.get(k), e.extra_fields.alloc_size) for k, e in enumerate(events)
+             if e.extra_fields.alloc_size > 0 and not any(s <= e.start_time_ns <= f for s, f, _ in calls)]
+
+    def live(at: int) -> int:
+        return sum(size for t, freed, size in eager if t <= at and (freed is None or freed > at))
+
+    last_forward, first_backward = max(e for _, e in forwards), min(s for s, _ in backwards)
+    between = [last_forward, *(t for t, _, _ in eager if last_forward <= t <= first_backward)]
+    return {"forward": max(live(s) for s, _ in forwards), "between": max(live(t) for t in between),
+            "backward": max(live(s) for s, _ in backwards)}
+
+
 def peak_composition(tree: list, device: torch.device, peak_time: int, calls: list[tuple[int, int]],
                      backward_begin: int | None) -> dict[str, int]:
     """The bytes live at ``peak_time``, by where they were allocated; the values sum to the peak.
@@ -166,21 +218,8 @@ def peak_composition(tree: list, device: torch.device, peak_time: int, calls: li
     and ``freed from before the call`` (negative: frees of memory allocated
     before the measurement began).
     """
-    want_cuda = device.type == "cuda"
-    allocation = torch._C._profiler._EventType.Allocation
-    events = sorted((e for e in _walk(tree) if e.tag == allocation and e.extra_fields.alloc_size
-                     and (e.extra_fields.device.type == "cuda") == want_cuda), key=lambda e: e.start_time_ns)
-    open_at: dict[int, int] = {}        # address -> index of its live allocation
-    freed_at: dict[int, int] = {}       # index of an allocation -> time of its free
-    unmatched_frees = 0
-    for k, event in enumerate(events):
-        ptr, size = event.extra_fields.ptr, event.extra_fields.alloc_size
-        if size > 0:
-            open_at[ptr] = k
-        elif ptr in open_at:
-            freed_at[open_at.pop(ptr)] = event.start_time_ns
-        elif event.start_time_ns <= peak_time:
-            unmatched_frees += size
+    events, freed_at, unmatched = _paired_allocations(tree, device)
+    unmatched_frees = sum(events[k].extra_fields.alloc_size for k in unmatched if events[k].start_time_ns <= peak_time)
     out: dict[str, int] = {"freed from before the call": unmatched_frees} if unmatched_frees else {}
     for k, event in enumerate(events):
         t, size = event.start_time_ns, event.extra_fields.alloc_size
@@ -314,5 +353,7 @@ def measure(fn: Callable[[], Any], device: torch.device | str | None = None) -> 
                   for s, e, name in call_ranges)
     composition = peak_composition(tree, device, peak_time, [(s, e) for s, e, _ in call_ranges],
                                    backward[0][0] if backward else None)
+    outside = outside_held(tree, device, [(s, e, any(b <= s <= f for b, f in in_backward))
+                                          for s, e, _ in call_ranges])
     return MemoryMeasurement(str(device), peak, current, allocations, frees, tuple(curve), phases, held, calls, cuda,
-                             composition)
+                             composition, outside)

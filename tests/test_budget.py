@@ -14,6 +14,7 @@ from reorder.budget import (Frontier, StepNodeSpec, build_step_graph, candidate_
                             min_cut_source_side, partition_of, segment_boundaries, step_peak)
 from reorder.budget.allocation_model import AllocationModel
 from reorder.budget.frontier import RESOLUTION
+from reorder.budget.step_peak import Held, step_total
 from reorder.budget.step_peak import StepPeak, autograd_order, judged_peak, programs_of
 from reorder.errors import GraphError, ReorderError
 from reorder.timeline import estimate_peak_memory
@@ -208,7 +209,7 @@ def test_the_step_peak_of_the_chain_by_hand():
     # forward: b is a buffer while c reads it (900), then freed. Backward: a, c, t (504); gc into c; t dies (500);
     # b recomputed from a (900; a is read later by ga, so no in-place); gb 400 (1300).
     assert recomputing == StepPeak(peak=1300, forward=900, backward=1300, saved=500)
-    assert step_peak(graph, partition_of(graph, graph.ids(["a", "c", "x"])), held_before=1000).peak == 2300
+    assert step_peak(graph, partition_of(graph, graph.ids(["a", "c", "x"])), held=Held(before=1000)).peak == 2300
 
 
 def test_a_region_run_three_times_a_step_holds_what_its_other_calls_saved():
@@ -217,13 +218,28 @@ def test_a_region_run_three_times_a_step_holds_what_its_other_calls_saved():
     1300 + 2 x 900 against 1300 + 2 x 500, and only the recomputing partition meets a 2500 B budget."""
     graph = chain()
     saving, recomputing = (partition_of(graph, graph.ids(names)) for names in (["a", "b", "c", "x"], ["a", "c", "x"]))
-    assert step_peak(graph, saving, calls=3) == StepPeak(peak=3100, forward=904, backward=1300, saved=900,
-                                                           held_before=1800)
-    assert step_peak(graph, recomputing, held_before=1000, calls=3).peak == 1000 + 1000 + 1300
-    stock = candidate_of(graph, saving.saved, "inductor", calls=3)
-    choice = frontier(graph, stock, calls=3).choose(2500)
+    three = Held(calls=3)
+    assert step_peak(graph, saving, held=three) == StepPeak(peak=3100, forward=904, backward=1300, saved=900,
+                                                              held_before=1800)
+    assert step_peak(graph, recomputing, held=Held(before=1000, calls=3)).peak == 1000 + 1000 + 1300
+    stock = candidate_of(graph, saving.saved, "inductor", held=three)
+    choice = frontier(graph, stock, held=three).choose(2500)
     assert choice.feasible and choice.candidate.partition.saved == recomputing.saved
     assert choice.candidate.peak.peak == 2300
+
+
+def test_eager_code_beside_the_region_adds_to_the_phase_it_holds_memory_in():
+    """A loss computed eagerly after the region holds memory in three phases. While the forward runs it adds to
+    the forward's peak (904 + 1000 > 1300); between the phases it adds to every call's saved values (2 x 900 +
+    1000); while the backward runs, to the backward's peak (1300 + 1000). Each term is the step's peak where
+    it is the highest, and the recomputing partition (saving 500) gains where the saved values count."""
+    graph = chain()
+    saving, recomputing = (partition_of(graph, graph.ids(names)) for names in (["a", "b", "c", "x"], ["a", "c", "x"]))
+    assert step_peak(graph, saving, held=Held(outside=(1000, 0, 0))).peak == 1904
+    assert step_peak(graph, saving, held=Held(calls=2, outside=(0, 1000, 0))).peak == 2800
+    assert step_peak(graph, recomputing, held=Held(calls=2, outside=(0, 1000, 0))).peak == 2000  # 2 x 500 + 1000
+    assert step_peak(graph, saving, held=Held(outside=(0, 0, 1000))).peak == 2300
+    assert step_total(Held(before=7, calls=2, outside=(1, 2, 3)), saved=10, forward=20, backward=30) == 7 + 10 + 33
 
 
 def test_the_backward_lists_a_recomputed_node_just_before_its_first_use():

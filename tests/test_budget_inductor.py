@@ -58,6 +58,18 @@ def test_region_calls_is_a_count_of_calls(calls):
         HookOptions(memory_budget=0.5, region_calls=calls)
 
 
+@pytest.mark.parametrize("held, expected", [(0, (0, 0, 0)), (5, (5, 5, 5)), ((1, 2, 3), (1, 2, 3)),
+                                             ([1, 2, 3], (1, 2, 3))])
+def test_held_outside_is_bytes_in_each_phase_of_the_step(held, expected):
+    assert HookOptions(memory_budget=0.5, held_outside=held).held_outside == expected
+
+
+@pytest.mark.parametrize("held", [-1, (1, 2), (1, 2, -3), "5", (1.5, 2, 3), True])
+def test_held_outside_is_refused_unless_bytes(held):
+    with pytest.raises(ReorderError, match=r"hook option held_outside=.*: expected bytes eager code holds"):
+        HookOptions(memory_budget=0.5, held_outside=held)
+
+
 def test_the_budget_is_part_of_the_partitioners_identity():
     assert HookOptions(memory_budget=0.5, region_calls=4).uuid() != HookOptions(memory_budget=0.5).uuid()
     assert HookOptions(memory_budget=0.5).uuid() != HookOptions(memory_budget=0.6).uuid() != HookOptions().uuid()
@@ -712,15 +724,16 @@ def test_a_model_that_checkpoints_its_blocks_is_partitioned_below_its_checkpoint
 @pytest.mark.slow
 def test_a_region_compiled_per_layer_is_budgeted_for_every_call_of_the_step(fresh_compiles, caplog):
     """Three blocks, each compiled on its own (``block.compile()``, as torchtitan does): one region, run three
-    times a step. Budgeted as one call, its fraction is of one call's estimate (2.7 MB here, where the step
-    measures 6.9 MB), and ``measure_step`` warns with the ``region_calls`` that counts every call. With
-    ``region_calls=3`` the estimates are of the whole step: stock's is within 10% of stock's measured step, the
-    partition saves less per call, so the step measures lower than the one-call choice, and the verdict is the
-    meter's; the gradients equal stock's."""
+    times a step, and an eager loss after it. Budgeted as one call, its fraction is of one call's estimate
+    (2.7 MB here, where the step measures 6.9 MB), and ``measure_step`` warns with the ``region_calls`` that
+    counts every call and the ``held_outside`` eager code held. With both, the estimates are of the whole
+    step: stock's is within 10% of stock's measured step, nothing is left to warn about, the partition saves
+    less per call, so the step measures lower than the one-call choice, and the verdict is the meter's; the
+    gradients equal stock's."""
     from helpers import assert_close_to_eager
 
     from benchmarks.zoo import TransformerBlock
-    from reorder.measure import measure
+    from reorder.measure import OUTSIDE_PHASES, measure
 
     torch.manual_seed(0)
     blocks = nn.Sequential(*(TransformerBlock(64) for _ in range(3)))
@@ -735,25 +748,27 @@ def test_a_region_compiled_per_layer_is_budgeted_for_every_call_of_the_step(fres
         return [x.grad.clone(), *(p.grad.clone() for p in blocks.parameters())]
 
     expected = step()
-    stock_peak = measure(step, "cpu").peak
+    stock = measure(step, "cpu")
+    eager = tuple(stock.outside_by_phase[phase] for phase in OUTSIDE_PHASES)
+    assert eager[1] > 0  # the loss's square, held between the forwards and the backwards
     peaks = {}
-    for calls in (1, 3):
+    for options in ({}, {"region_calls": 3}, {"region_calls": 3, "held_outside": eager}):
         torch._dynamo.reset()
         caplog.clear()
-        with hook.use(memory_budget=0.5, region_calls=calls) as session:
+        with hook.use(memory_budget=0.5, **options) as session:
             got = step()
-        (record,) = session.partitions
         with caplog.at_level(logging.WARNING, logger="reorder"):
-            peaks[calls] = session.measure_step(step, "cpu").peak
-        warned = "the step ran 3 compiled forward calls of 1 budgeted regions" in caplog.text
-        assert warned == (calls == 1) and ("region_calls=3" in caplog.text) == (calls == 1), caplog.text
+            peak = peaks[len(options)] = session.measure_step(step, "cpu").peak
+        warned = caplog.text
+        assert ("the step ran 3 compiled forward calls of 1 budgeted regions" in warned) == (not options), warned
+        assert (f"held_outside={eager}" in warned) == (len(options) < 2), warned
         (record,) = session.partitions
-        assert record.calls == calls and record.source != "inductor", session.summary()
-        assert record.measured_peak == peaks[calls] and record.feasible == (peaks[calls] <= record.budget_bytes)
+        assert record.calls == options.get("region_calls", 1) and record.source != "inductor", session.summary()
+        assert record.measured_peak == peak and record.feasible == (peak <= record.budget_bytes)
         for ours, theirs in zip(got, expected, strict=True):
             assert_close_to_eager(ours, theirs, "gradient")
-    assert abs(record.stock_peak - stock_peak) <= 0.1 * stock_peak, (record.stock_peak, stock_peak)
-    assert peaks[3] < peaks[1] < stock_peak, (peaks, stock_peak)
+    assert abs(record.stock_peak - stock.peak) <= 0.1 * stock.peak, (record.stock_peak, stock.peak)
+    assert peaks[1] < peaks[0] < stock.peak and peaks[2] < peaks[0], (peaks, stock.peak)
     assert "the region run 3 times a step" in session.summary()
 
 

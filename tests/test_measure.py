@@ -76,6 +76,28 @@ def test_compiled_graph_calls_are_regions_of_their_own():
     torch._dynamo.reset()
 
 
+def test_what_eager_code_holds_beside_compiled_calls_is_counted_in_each_phase():
+    """A compiled ``sin(2x)`` with an eager ``exp`` and sum after it: no eager byte is live while the compiled
+    forward runs; between it and the compiled backward, eager code holds ``z`` (256 KiB, held by the step's
+    local), the gradient it hands the backward (256 KiB) and two scalars (the loss and its gradient), and the
+    same while the compiled backward runs."""
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: (x * 2).sin())
+    x = torch.randn(256, 256, requires_grad=True)
+
+    def step():
+        x.grad = None
+        z = compiled(x).exp()
+        z.sum().backward()
+
+    step()
+    m = measure(step, "cpu")
+    assert m.outside_by_phase == {"forward": 0, "between": 2 * 256 * 256 * 4 + 8, "backward": 2 * 256 * 256 * 4 + 8}
+    with torch.no_grad():
+        assert measure(lambda: compiled(x), "cpu").outside_by_phase == {}  # no backward: no phases
+    torch._dynamo.reset()
+
+
 def test_measure_prints_nothing(capfd):
     """Kineto's USDT profiler_start/profiler_stop lines (written to descriptor 2 by C++) are dropped."""
     measure(lambda: torch.empty(10), "cpu")

@@ -91,9 +91,13 @@ def test_measuring_some_variants_again_keeps_the_rows_others(tmp_path, monkeypat
     monkeypatch.setattr(wild, "float64_reference", lambda row, sizes: None)
     ran = []
 
-    def run_variant(row, name, sizes):
+    given = {}
+
+    def run_variant(row, name, sizes, held_outside=None):
         ran.append(name)
-        return {"real_peak": 100 + len(ran)}, [torch.ones(1)]
+        given[name] = held_outside
+        outside = {"forward": 0, "between": 7, "backward": 5}
+        return {"real_peak": 100 + len(ran), "peaks": [{"outside_by_phase": outside}]}, [torch.ones(1)]
 
     monkeypatch.setattr(wild, "run_variant", run_variant)
     sizes = ["--layers=2"]
@@ -102,8 +106,23 @@ def test_measuring_some_variants_again_keeps_the_rows_others(tmp_path, monkeypat
     (tmp_path / "whole.json").write_text(json.dumps(cached))
     data = wild.measure_row("whole", ["budget:0.4"], sizes, again=True, progress=lambda text: None)
     assert ran == ["stock", "budget:0.4"]
+    assert given == {"stock": None, "budget:0.4": [0, 7, 5]}  # our budgets count what stock's eager code held
     assert {name: v["real_peak"] for name, v in data["variants"].items()} == {
         "stock": 101, "budget:0.4": 102, "inductor-budget:0.5": 3}
     assert json.loads((tmp_path / "whole.json").read_text())["variants"]["inductor-budget:0.5"] == {"real_peak": 3}
     wild.measure_row("whole", ["budget:0.4"], sizes, again=False, progress=lambda text: None)
     assert ran == ["stock", "budget:0.4"]  # without --again, a cached variant is not measured
+
+
+def test_the_per_layer_rows_budget_every_layers_call_and_what_stocks_eager_code_held():
+    from benchmarks.real.wild_step import parser, variant_spec
+
+    def spec(*argv):
+        return variant_spec(parser().parse_args(["--variant", *argv]))
+
+    assert spec("budget:0.5", "--row=per-layer", "--layers=6") == "budget:0.5x6"
+    assert spec("budget:12MB", "--row=fsdp") == "budget:12MBx4"
+    assert spec("budget:0.5x2", "--row=per-layer") == "budget:0.5x2"  # as given
+    assert spec("budget:0.5", "--row=whole") == "budget:0.5"
+    assert spec("inductor-budget:0.5", "--row=per-layer") == "inductor-budget:0.5"
+    assert parser().parse_args(["--row=whole", "--variant=stock", "--held-outside=1,2,3"]).held_outside == (1, 2, 3)

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from reorder.measure import OUTSIDE_PHASES
+
 from .run import as_accurate, difference
 from .tables import RESULTS
 from .wild_step import ROWS, SIZES, build, parser as step_parser, step_function, token_batches
@@ -56,13 +58,16 @@ def float64_reference(row: str, sizes: list[str]) -> list[torch.Tensor]:
     return [loss.detach(), *(p.grad for p in model.parameters() if p.grad is not None)]
 
 
-def run_variant(row: str, variant: str, sizes: list[str]) -> tuple[dict, list[torch.Tensor]]:
+def run_variant(row: str, variant: str, sizes: list[str], held_outside: list[int] | None = None
+                ) -> tuple[dict, list[torch.Tensor]]:
     """One variant of ``row`` in a fresh process: its result (or ``{"error": ...}``) and its first step's loss
-    and gradients."""
+    and gradients; ``held_outside``: what eager code held in stock's step, by phase, which our budgets count."""
     with tempfile.TemporaryDirectory() as tmp:
         out, saved = Path(tmp) / "result.json", Path(tmp) / "tensors.pt"
         command = [sys.executable, "-m", "benchmarks.real.wild_step", "--row", row, "--variant", variant,
                    "--out", str(out), "--tensors", str(saved), *sizes]
+        if held_outside:
+            command.append(f"--held-outside={','.join(map(str, held_outside))}")
         t0 = time.perf_counter()
         try:
             ran = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
@@ -79,7 +84,8 @@ def run_variant(row: str, variant: str, sizes: list[str]) -> tuple[dict, list[to
 def measure_row(row: str, variants: list[str], sizes: list[str], again: bool, progress) -> dict:
     """Every variant of ``variants`` not yet cached (all of them with ``again``), each cached as soon as it ran;
     the row's other cached variants are kept. Stock runs first whenever another variant does: its loss and
-    gradients are what the others are checked against."""
+    gradients are what the others are checked against, and what its eager code held beside the compiled graphs
+    (at the first length, by phase) is our budgets' ``held_outside``, as ``measure_step`` would tell a user."""
     path = WILD / f"{row}.json"
     cached = json.loads(path.read_text()) if path.exists() else {}
     data = {"row": row, "description": ROWS[row], "sizes": sizes, "torch": torch.__version__,
@@ -89,11 +95,14 @@ def measure_row(row: str, variants: list[str], sizes: list[str], again: bool, pr
         return data
     reference = None if row == "fsdp" else float64_reference(row, sizes)
     stock_tensors: list[torch.Tensor] = []
+    held_outside = None
     for variant in ["stock", *(v for v in missing if v != "stock")]:
         progress(f"{row}: {variant} ...")
-        result, checked = run_variant(row, variant, sizes)
+        result, checked = run_variant(row, variant, sizes, held_outside)
         if variant == "stock":
             stock_tensors = checked
+            by_phase = result.get("peaks", [{}])[0].get("outside_by_phase") or {}
+            held_outside = [by_phase[phase] for phase in OUTSIDE_PHASES] if by_phase else None
         elif checked and stock_tensors:
             result["difference_to_stock"] = difference(checked, stock_tensors)
             accuracy = None if reference is None else as_accurate(checked, stock_tensors, reference)

@@ -2,6 +2,7 @@
 :mod:`benchmarks.real.wild`.
 
     python -m benchmarks.real.wild_step --row ROW --variant SPEC --out RESULT.json [--tensors FILE.pt]
+                                        [--held-outside F,M,B]
                                         [--layers 4] [--hidden 256] [--seq 128] [--batch 4] [--vocab 2048]
 
 A Llama-style decoder built from its ``transformers`` config (seeded random weights, nothing downloaded) trains
@@ -12,7 +13,7 @@ so the first step compiles everything. The result file holds: the compile second
 a steady step's, and Dynamo's own count), the real peak of one step measured by :func:`reorder.measure.measure`
 (the hook's session's :meth:`~reorder.inductor.Session.measure_step` for our variants, which puts the meter's
 verdict in the records; the dynamic row: one step per sequence length, the verdict at the first, the sizes it
-compiled at), the median of ``--rounds`` steady steps, and the records. ``--tensors``: the first step's loss and
+compiled at; with what eager code held in each phase, ``outside_by_phase``), the median of ``--rounds`` steady steps, and the records. ``--tensors``: the first step's loss and
 gradients are saved there (``torch.save``, read back with ``weights_only=True``) for the runner's accuracy check.
 
 The ``fsdp`` row runs as rank 0 of two: this process starts rank 1 (the same command with ``--rank 1``) and both
@@ -23,6 +24,7 @@ compiles each layer. Rank 1 waits at most ``--timeout`` seconds for its peer, an
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -118,6 +120,8 @@ def _shard(model) -> None:
 def _start_peer(args, port: int) -> subprocess.Popen:
     """Rank 1: this command's row, variant and sizes, nothing written."""
     sizes = [f"--{name}={getattr(args, name)}" for name in (*SIZES, "rounds", "timeout")]
+    if args.held_outside:
+        sizes.append(f"--held-outside={','.join(map(str, args.held_outside))}")
     command = [sys.executable, "-m", "benchmarks.real.wild_step", f"--row={args.row}", f"--variant={args.variant}",
                *sizes, "--rank=1", f"--port={port}"]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -170,7 +174,11 @@ def run(args) -> dict:
         return [g.to_local() if hasattr(g, "to_local") else g for g in grads]
 
     result: dict = {"row": args.row, "variant": args.variant, "rank": args.rank, "spec": variant_spec(args)}
-    with Variant.parse(result["spec"]).context() as session:
+    variant = Variant.parse(result["spec"])
+    if args.held_outside and variant.hook is not None and "memory_budget" in variant.hook:
+        variant = dataclasses.replace(variant, hook={**variant.hook, "held_outside": args.held_outside})
+        result["held_outside"] = args.held_outside
+    with variant.context() as session:
         t0 = time.perf_counter()
         first = step(batches[0])
         first_seconds = time.perf_counter() - t0
@@ -190,7 +198,7 @@ def run(args) -> dict:
             meter = session.measure_step if session is not None and k == 0 else measure
             measured = meter(lambda tokens=tokens: step(tokens), "cpu")
             peaks.append({"seq": tokens.shape[1] - 1, "real_peak": measured.peak,
-                          "outside": measured.outside_compiled_bytes,
+                          "outside": measured.outside_compiled_bytes, "outside_by_phase": measured.outside_by_phase,
                           "compiled_forward_calls": len(measured.forward_calls)})
     compiles_measured = unique_graphs() - graphs_before  # a compile inside a measured step counts its memory
     step_seconds = statistics.median(steady)
@@ -231,6 +239,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--held-outside", type=lambda text: tuple(int(b) for b in text.split(",")), default=None,
+                   help="our budgets' held_outside: what eager code held in stock's step, three bytes")
     return p
 
 

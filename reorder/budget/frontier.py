@@ -56,7 +56,7 @@ from ..errors import ReorderError
 from .partition import Partition, cheapest_partition, partition_of
 from .segments import SEGMENTS, segment_boundaries
 from .step_graph import StepGraph
-from .step_peak import ORDER_METHODS, StepPeak, step_peak
+from .step_peak import ORDER_METHODS, Held, StepPeak, step_peak
 
 __all__ = ["PRICES", "RESOLUTION", "SEGMENT_PRICES", "Candidate", "Choice", "Frontier", "at_larger_sizes",
            "candidate_of", "frontier", "price_label"]
@@ -146,37 +146,36 @@ def _level(candidate: Candidate, stock: Candidate) -> int:
 
 
 def candidate_of(graph: StepGraph, saved: Iterable[int], source: str, methods: Sequence[str] = ORDER_METHODS,
-                 held_before: int = 0, scaled: StepGraph | None = None, calls: int = 1) -> Candidate:
+                 held: Held = Held(), scaled: StepGraph | None = None) -> Candidate:
     """The partition that saves ``saved`` (stock's: the values Inductor saves) with its estimated step peak, and
     with its estimate on ``scaled`` (the same graph at larger sizes) where given."""
     partition = partition_of(graph, saved)
-    return _candidate(graph, partition, source, methods, held_before, scaled, calls)
+    return _candidate(graph, partition, source, methods, held, scaled)
 
 
-def _candidate(graph: StepGraph, partition: Partition, source: str, methods: Sequence[str], held_before: int,
-               scaled: StepGraph | None, calls: int) -> Candidate:
-    candidate = Candidate(partition, step_peak(graph, partition, methods, held_before, calls), source)
-    return candidate if scaled is None else at_larger_sizes(candidate, scaled, methods, held_before, calls)
+def _candidate(graph: StepGraph, partition: Partition, source: str, methods: Sequence[str], held: Held,
+               scaled: StepGraph | None) -> Candidate:
+    candidate = Candidate(partition, step_peak(graph, partition, methods, held), source)
+    return candidate if scaled is None else at_larger_sizes(candidate, scaled, methods, held)
 
 
 def at_larger_sizes(candidate: Candidate, scaled: StepGraph, methods: Sequence[str] = ORDER_METHODS,
-                    held_before: int = 0, calls: int = 1) -> Candidate:
+                    held: Held = Held()) -> Candidate:
     """``candidate`` with its estimated step peak on ``scaled`` (the same graph at larger sizes: the same nodes,
     so the same saved values make the same partition there)."""
     partition = partition_of(scaled, candidate.partition.saved)
-    return dataclasses.replace(candidate, scaled_peak=step_peak(scaled, partition, methods, held_before, calls).peak)
+    return dataclasses.replace(candidate, scaled_peak=step_peak(scaled, partition, methods, held).peak)
 
 
 def frontier(graph: StepGraph, stock: Candidate, prices: Sequence[Fraction | None] = PRICES,
              segments: Sequence[int] = SEGMENTS, segment_prices: Sequence[Fraction] = SEGMENT_PRICES,
-             methods: Sequence[str] = ORDER_METHODS, held_before: int = 0,
+             methods: Sequence[str] = ORDER_METHODS, held: Held = Held(),
              offered: Mapping[str, Iterable[int]] | None = None, resolution: float = RESOLUTION,
-             scaled: StepGraph | None = None, calls: int = 1) -> Frontier:
+             scaled: StepGraph | None = None) -> Frontier:
     """Stock's candidate (:func:`candidate_of` the values Inductor saves, estimated with the same ``methods``,
-    ``held_before``, ``scaled`` and ``calls``) and the frontier of the other candidates; ``held_before``: bytes
-    earlier compiled regions of the step hold, ``calls``: how many times the region runs a step before its
-    backward (see :func:`~reorder.budget.step_peak.step_peak`); ``offered``: more saved
-    sets by name (one that is not a valid partition is left out); ``resolution``: the least drop in level, below
+    ``held`` and ``scaled``) and the frontier of the other candidates; ``held``: what the step holds beside the
+    region (earlier regions, its other calls, eager code: :class:`~reorder.budget.step_peak.Held`); ``offered``:
+    more saved sets by name (one that is not a valid partition is left out); ``resolution``: the least drop in level, below
     every cheaper point, as a fraction of stock's estimate; ``scaled``: the same graph at larger sizes, each
     candidate's level then counting its estimate there (see the module docstring)."""
     seen = {stock.partition.saved}
@@ -195,7 +194,7 @@ def frontier(graph: StepGraph, stock: Candidate, prices: Sequence[Fraction | Non
         if partition.saved in seen:
             continue
         seen.add(partition.saved)
-        candidate = _candidate(graph, partition, source, methods, held_before, scaled, calls)
+        candidate = _candidate(graph, partition, source, methods, held, scaled)
         if scaled is not None and candidate.peak.peak > stock.peak.peak:
             continue  # lower at larger sizes, above stock at the sizes it was compiled for: never chosen
         candidates.append(candidate)

@@ -42,10 +42,16 @@ than the lower orders our methods find for the fine-grained nodes, which
 fused kernels cannot always follow. ``methods`` also judges the program in
 the order they choose (in Inductor's model, as the reorder pass does), the
 higher of the two peaks counting. A step compiled in several regions (graph
-breaks) holds what earlier regions saved: ``held_before`` adds it. A
-region that runs ``calls`` times a step before its backward (a compile per
-decoder layer) holds what its other calls saved while the last one runs,
-forward and backward: ``(calls - 1) x`` the partition's saved bytes more.
+breaks) holds what earlier regions saved. A region that runs several times
+a step before its backward (a compile per decoder layer) holds what its
+other calls saved while the last one runs, forward and backward. Eager code
+around the compiled region (a loss computed after the compiled model, the
+layers a per-layer compile leaves eager) holds memory of its own, in three
+phases that :func:`reorder.measure.measure` tells apart: while the compiled
+forwards run, between the last forward and the first backward (when every
+call's saved values are held), and while the compiled backwards run.
+:class:`Held` is all of that, and :func:`step_total` the one formula that
+adds it to a region's two programs.
 
 This is a model of fused kernels, not Inductor's scheduler itself; how far it
 is from the allocator's real peak is measured on the real-model benchmark
@@ -63,8 +69,8 @@ from .allocation_model import AllocationModel
 from .partition import Partition
 from .step_graph import StepGraph
 
-__all__ = ["ORDER_METHODS", "StepPeak", "judged_peak", "autograd_order", "donated_values", "free_values", "programs_of",
-           "step_peak"]
+__all__ = ["ORDER_METHODS", "Held", "StepPeak", "judged_peak", "autograd_order", "donated_values", "free_values",
+           "programs_of", "step_peak", "step_total"]
 
 #: Our methods whose best order (in Inductor's model) each program may also be judged in (none by default: the
 #: listed order alone, see the module docstring).
@@ -72,9 +78,33 @@ ORDER_METHODS: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
+class Held:
+    """What the step holds beside one compiled region: ``before``, bytes earlier regions saved; ``calls``, how
+    many times the region runs a step before its backward (the other calls' saved values are held while the
+    last runs); ``outside``, bytes eager code holds outside the compiled graphs ``(while the forwards run,
+    between the last forward and the first backward, while the backwards run)``."""
+
+    before: int = 0
+    calls: int = 1
+    outside: tuple[int, int, int] = (0, 0, 0)
+
+
+def step_total(held: Held, saved: int, forward: int, backward: int) -> int:
+    """The step's peak from a region's forward and backward peaks (each above what it starts with, the saved
+    values included, as :func:`step_peak` judges them) and its saved bytes: the last call's forward or backward
+    beside what earlier regions and the other calls saved, or every call's saved values held between the
+    phases, each with what eager code holds then."""
+    others = held.before + (held.calls - 1) * saved
+    during_forward, between, during_backward = held.outside
+    return max(others + forward + during_forward, held.before + held.calls * saved + between,
+               others + backward + during_backward)
+
+
+@dataclass(frozen=True)
 class StepPeak:
-    """Estimated bytes above the step's start: ``peak`` (what is held beside the region, ``held_before``: earlier
-    regions' and the region's other calls' saved values, plus the higher of the two programs' peaks), ``forward`` (the forward's peak, saved values accumulating),
+    """Estimated bytes above the step's start: ``peak`` (:func:`step_total`: the higher of the two programs'
+    peaks beside what is held, ``held_before``: earlier regions' and the region's other calls' saved values,
+    and eager code's bytes), ``forward`` (the forward's peak, saved values accumulating),
     ``backward`` (the backward's, from the saved values and tangents it starts with) and ``saved`` (what the
     forward hands the backward)."""
 
@@ -86,12 +116,12 @@ class StepPeak:
 
 
 def step_peak(graph: StepGraph, partition: Partition, methods: Sequence[str] = ORDER_METHODS,
-              held_before: int = 0, calls: int = 1) -> StepPeak:
-    """The step's estimated peak under ``partition`` (see the module docstring): ``held_before`` bytes of earlier
-    regions, and the region run ``calls`` times a step."""
+              held: Held = Held()) -> StepPeak:
+    """The step's estimated peak under ``partition``, beside what ``held`` says the step holds (see the module
+    docstring)."""
     fw, bw = (judged_peak(program, methods) for program in programs_of(graph, partition))
-    held = held_before + (calls - 1) * partition.saved_bytes
-    return StepPeak(held + max(fw, bw), fw, bw, partition.saved_bytes, held)
+    saved = partition.saved_bytes
+    return StepPeak(step_total(held, saved, fw, bw), fw, bw, saved, held.before + (held.calls - 1) * saved)
 
 
 def judged_peak(program: AllocationModel, methods: Sequence[str] = ORDER_METHODS) -> int:

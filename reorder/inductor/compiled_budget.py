@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from typing import Collection, Iterable, Mapping, Sequence
 
 from ..budget.allocation_model import AllocationModel
+from ..budget.step_peak import step_total
 from ..graph import Graph
 from .generated_code import GeneratedCode, hint_bytes
 from .scratch import scratch_in_layout
@@ -394,12 +395,13 @@ def owned_copies(session: Session | None, graph_name: str, graph_inputs: Iterabl
 
 
 def amend(session: Session, plan: RegionPlan) -> None:
-    """The region's record with its compiled peak (what earlier regions and its other calls hold, plus the higher of its two
-    graphs') and a verdict that holds only if that fits too; a WARNING where the plan met the budget and the
-    compiled graphs do not."""
+    """The region's record with its compiled peak (its two graphs' peaks beside what earlier regions, its other
+    calls and eager code hold) and a verdict that holds only if that fits too; a WARNING where the plan met the
+    budget and the compiled graphs do not."""
     record = plan.record
-    compiled = record.held_beside + max(plan.peaks.values())
-    modelled = record.held_beside + max(plan.modelled.values()) if len(plan.modelled) == 2 else None
+    compiled = step_total(record.held, record.saved_bytes, plan.peaks.get("forward", 0), plan.peaks.get("backward", 0))
+    modelled = step_total(record.held, record.saved_bytes, plan.modelled["forward"], plan.modelled["backward"]) \
+        if len(plan.modelled) == 2 else None
     amended = dataclasses.replace(record, compiled_peak=compiled, modelled_peak=modelled,
                                   feasible=record.peak <= record.budget_bytes and compiled <= record.budget_bytes)
     session.replace(record, amended)

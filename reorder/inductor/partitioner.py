@@ -37,7 +37,10 @@ and counts its own inputs that are not parameters as activations the step
 holds. A region compiled again (same joint graph) does not count itself. A
 region that runs several times a step (a compile per layer) adds what its
 other calls save, under each candidate's partition: the hook's
-``region_calls`` says how many.
+``region_calls`` says how many. Eager code beside the regions (a loss
+computed after a compiled model) holds what the hook's ``held_outside``
+says, in each phase of the step
+(:class:`~reorder.budget.step_peak.Held`).
 
 Its promises: never fail the compile (any error keeps stock's partition,
 with a WARNING on the ``reorder`` logger and a ``FallbackRecord`` with
@@ -60,7 +63,7 @@ import time
 from ..budget.frontier import Candidate, Frontier, at_larger_sizes, candidate_of, frontier
 from ..budget.partition import partition_of
 from ..budget.step_graph import StepGraph
-from ..budget.step_peak import donated_values, free_values, programs_of, step_peak
+from ..budget.step_peak import Held, donated_values, free_values, programs_of, step_peak
 from .adapter import graph_being_compiled
 from .compiled_budget import RegionPlan, expect_region
 from .fx_values import sizes_scaled
@@ -131,6 +134,7 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
         earlier = {r.digest: r for r in (session.partitions if session is not None else ()) if r.digest != digest}
         calls = self.options.region_calls
         held_before = sum(r.saved_bytes * r.calls for r in earlier.values())
+        held = Held(held_before, calls, self.options.held_outside)
         # a later region's inputs, and a region's own run many times (the previous call's output), are the step's
         inputs_are_activations = bool(earlier) or calls > 1
         graph = step_graph_from_joint(gm, num_fwd_outputs, kwargs.get("static_lifetime_input_indices"), name,
@@ -138,7 +142,7 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
                                       model_rewrites=self.options.model_rewrites)
         lap("joint graph")
         stock_candidate = candidate_of(graph, _saved(graph, stock[0], num_fwd_outputs, gm), "inductor",
-                                       held_before=held_before, calls=calls)
+                                       held=held)
         stock_peak = (stock_candidate.peak.peak - held_before
                       + sum(r.stock_saved_bytes * r.calls for r in earlier.values()))
         budget = self.options.memory_budget
@@ -151,13 +155,12 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
             scaled = _at_larger_sizes(gm, num_fwd_outputs, kwargs, name, inputs_are_activations, self.options,
                                       graph)
             if scaled is not None:
-                stock_candidate = at_larger_sizes(stock_candidate, scaled, held_before=held_before, calls=calls)
+                stock_candidate = at_larger_sizes(stock_candidate, scaled, held=held)
                 lap("larger sizes")
             offered = {f"inductor budget {b:g}": [graph.index[n] for n in names if n in graph.index]
                        for b, names in _inductor_choices(gm, joint_inputs, kwargs, INDUCTOR_BUDGETS).items()}
             lap("inductor budgets")
-            front = frontier(graph, stock_candidate, held_before=held_before, offered=offered, scaled=scaled,
-                             calls=calls)
+            front = frontier(graph, stock_candidate, held=held, offered=offered, scaled=scaled)
             lap("frontier")
         choice = front.choose(budget_bytes)
         chosen, modules, note = choice.candidate, stock, ""
@@ -165,8 +168,7 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
             modules = _min_cut_with_policies(gm, joint_inputs, kwargs, graph, chosen.partition)
             made = partition_of(graph, _saved(graph, modules[0], num_fwd_outputs, gm))
             if made.saved != chosen.partition.saved:
-                made_candidate = Candidate(made, step_peak(graph, made, held_before=held_before, calls=calls),
-                                           chosen.source)
+                made_candidate = Candidate(made, step_peak(graph, made, held=held), chosen.source)
                 note = (f"Inductor's min-cut saved another set than planned (estimated {chosen.peak.peak:,} B "
                         f"planned, {made_candidate.peak.peak:,} B made)")
                 chosen = made_candidate
@@ -198,6 +200,7 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
             note=note.lstrip("; "),
             stages=tuple(stages.items()),
             calls=calls,
+            held_outside=held.outside,
         )
         # the compiled graphs of a region after the first take the activations handed over as inputs that
         # Inductor's model of them leaves out (named as parameters are): they are not checked

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, Union
 
+from ..budget.step_peak import Held
 from ..errors import ReorderError
 from ..report import format_bytes, format_table
 from .rewrites import MIRRORED
@@ -112,6 +113,15 @@ class HookOptions:
         backward, so the estimates, the fraction and the verdict are of the
         step with all ``region_calls`` calls (what :func:`reorder.measure.measure`
         measures); :meth:`Session.measure_step` says the number a step ran.
+    held_outside: bytes the step's eager code holds beside the compiled
+        regions (a loss computed after the compiled model; the embedding,
+        the head and the loss a per-layer compile leaves eager), as
+        ``(while the compiled forwards run, between the last forward and the
+        first backward, while the compiled backwards run)``, or one int for
+        all three: every estimate adds them, so the budget and its verdict
+        are of the whole step. :meth:`Session.measure_step` measures them
+        (``outside_by_phase`` of :func:`reorder.measure.measure`) and names
+        the value when the estimates counted less.
     scalar_aliases: in joint graphs, give each later reader of a scalar computed
         from an unspecialized float input its own alias of it, so that under
         ``dynamic=True`` the forward saves what a static compile saves
@@ -134,6 +144,7 @@ class HookOptions:
     fusion_slack_fraction: float = 0.01
     memory_budget: int | float | None = None
     region_calls: int = 1
+    held_outside: int | tuple[int, int, int] = (0, 0, 0)
     scalar_aliases: bool = True
     model_rewrites: tuple[str, ...] | None = None
 
@@ -209,6 +220,14 @@ class HookOptions:
             raise ReorderError(f"hook option region_calls={calls!r}: expected how many times a region runs a step "
                                f"(an int >= 1)")
         object.__setattr__(self, "region_calls", int(calls))
+        outside = self.held_outside
+        if isinstance(outside, numbers.Integral) and not isinstance(outside, bool):
+            outside = (outside,) * 3
+        if not isinstance(outside, (tuple, list)) or len(outside) != 3 or any(
+                isinstance(b, bool) or not isinstance(b, numbers.Integral) or b < 0 for b in outside):
+            raise ReorderError(f"hook option held_outside={self.held_outside!r}: expected bytes eager code holds (an "
+                               f"int >= 0, or three: while the forwards run, between, while the backwards run)")
+        object.__setattr__(self, "held_outside", tuple(int(b) for b in outside))
         if self.poison:
             object.__setattr__(self, "slab", True)
 
@@ -414,9 +433,9 @@ class PartitionRecord(_Record):
     session saved, which this region's estimates include (a step compiled in
     several regions holds them while this one runs); ``stock_peak`` then
     counts what the earlier regions' stock partitions saved. ``calls``: how
-    many times the region runs a step (the hook's ``region_calls``): every
-    peak, stock's too, counts what the other calls saved
-    (:attr:`held_beside`). ``digest``: the
+    many times the region runs a step (the hook's ``region_calls``), and
+    ``held_outside``: what eager code holds beside it (the hook's option):
+    every peak, stock's too, counts them (:attr:`held`). ``digest``: the
     joint graph's (a region compiled again is not an earlier region).
     ``seconds``: our conversion, candidates and check. ``note``: where the
     partition Inductor made from our choice differs from the plan.
@@ -476,14 +495,14 @@ class PartitionRecord(_Record):
     outside_bytes: int | None = None
     stages: tuple[tuple[str, float], ...] = ()
     calls: int = 1
+    held_outside: tuple[int, int, int] = (0, 0, 0)
 
     kind = "partition"
 
     @property
-    def held_beside(self) -> int:
-        """Bytes the step holds while the region's last call runs: what earlier regions saved, and what its
-        other calls saved under the chosen partition."""
-        return self.held_before + (self.calls - 1) * self.saved_bytes
+    def held(self) -> Held:
+        """What the step holds beside the region, for :func:`~reorder.budget.step_peak.step_total`."""
+        return Held(self.held_before, self.calls, tuple(self.held_outside))
 
 
 @dataclass(frozen=True)
@@ -651,9 +670,11 @@ class Session:
         session's regions, each of which counts what earlier regions hold). A WARNING where an estimate had said
         met. Returns the :class:`~reorder.measure.MemoryMeasurement`. Call it with the step the session compiled
         (after the first call, which compiles). A region compiled once and run several times a step (a compile
-        per layer, FSDP) has one record, whose estimates count ``region_calls`` calls: where the step ran more
-        compiled calls than that, a WARNING gives the ``region_calls`` that counts them all."""
-        from ..measure import measure
+        per layer, FSDP) has one record, whose estimates count ``region_calls`` calls, and eager code beside
+        the regions holds memory the estimates count as ``held_outside``: where the step ran more compiled calls,
+        or its eager code held more (by over 2% of the budget in some phase), a WARNING gives the options that
+        count them."""
+        from ..measure import OUTSIDE_PHASES, measure
 
         measured = measure(step, device)
         records = self.partitions
@@ -664,11 +685,22 @@ class Session:
         calls = len(measured.forward_calls)
         regions = len({r.digest or r.graph for r in records})
         counted = max(r.calls for r in records)
+        eager = tuple(measured.outside_by_phase.get(phase, 0) for phase in OUTSIDE_PHASES)
+        eager_counted = tuple(max(r.held_outside[k] for r in records) for k in range(3))
+        reasons, options = [], []
         if calls > regions * counted:
-            log.warning("reorder: the step ran %d compiled forward calls of %d budgeted regions, whose estimates "
-                        "count %d call(s) each: the step holds what the other calls saved beside the last; compile "
-                        "with use(memory_budget=..., region_calls=%d) for estimates, a fraction and a verdict of "
-                        "the whole step", calls, regions, counted, -(-calls // regions))
+            reasons.append(f"the step ran {calls} compiled forward calls of {regions} budgeted regions, whose "
+                           f"estimates count {counted} call(s) each")
+            options.append(f"region_calls={-(-calls // regions)}")
+        if any(got > held + 0.02 * budget for got, held in zip(eager, eager_counted)):
+            reasons.append("eager code beside the compiled graphs held " + ", ".join(
+                f"{got:,} B {phase}" for got, phase in zip(eager, ("while they ran forward", "between",
+                                                                    "while they ran backward")))
+                           + f", where the estimates count {', '.join(f'{b:,}' for b in eager_counted)} B")
+            options.append(f"held_outside={eager}")
+        if reasons:
+            log.warning("reorder: %s; compile with use(memory_budget=..., %s) for estimates, a fraction and a "
+                        "verdict of the whole step", "; ".join(reasons), ", ".join(options))
         for record in records:
             amended = dataclasses.replace(record, measured_peak=measured.peak, outside_bytes=outside,
                                           feasible=measured.peak <= budget)
