@@ -187,7 +187,8 @@ def outside_held(tree: list, device: torch.device, calls: list[tuple[int, int, b
     """The most bytes eager code (anything outside the compiled graphs' calls, ``calls`` as ``(start, end,
     in_backward)`` ns) holds in each phase of :data:`OUTSIDE_PHASES`: while a compiled forward runs, from the
     end of the last compiled forward to the start of the first compiled backward (every call's saved values
-    held), and while a compiled backward runs. Empty where no compiled forward and backward both ran."""
+    held), and while a compiled backward runs, less what that call frees (its inputs: the region's estimate
+    counts them). Empty where no compiled forward and backward both ran."""
     forwards = [(s, e) for s, e, backward in calls if not backward]
     backwards = [(s, e) for s, e, backward in calls if backward]
     if not forwards or not backwards:
@@ -196,13 +197,16 @@ def outside_held(tree: list, device: torch.device, calls: list[tuple[int, int, b
     eager = [(e.start_time_ns, freed_at.get(k), e.extra_fields.alloc_size) for k, e in enumerate(events)
              if e.extra_fields.alloc_size > 0 and not any(s <= e.start_time_ns <= f for s, f, _ in calls)]
 
-    def live(at: int) -> int:
-        return sum(size for t, freed, size in eager if t <= at and (freed is None or freed > at))
+    def live(at: int, end: int | None = None) -> int:
+        """Eager bytes live at ``at``, but those the compiled call running until ``end`` frees: its inputs
+        (the tangents a backward is handed), which the region's own estimate counts."""
+        return sum(size for t, freed, size in eager
+                   if t <= at and (freed is None or freed > (at if end is None else end)))
 
     last_forward, first_backward = max(e for _, e in forwards), min(s for s, _ in backwards)
     between = [last_forward, *(t for t, _, _ in eager if last_forward <= t <= first_backward)]
-    return {"forward": max(live(s) for s, _ in forwards), "between": max(live(t) for t in between),
-            "backward": max(live(s) for s, _ in backwards)}
+    return {"forward": max(live(s, e) for s, e in forwards), "between": max(live(t) for t in between),
+            "backward": max(live(s, e) for s, e in backwards)}
 
 
 def peak_composition(tree: list, device: torch.device, peak_time: int, calls: list[tuple[int, int]],

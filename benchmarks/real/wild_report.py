@@ -212,7 +212,11 @@ def wild_section(folder: Path = WILD) -> list[str]:
              "budget section's alternation); `verdicts agree`: our records' verdict from the compiled graphs' "
              "estimate, before anything ran, against the measured step (met: at most 2% above the budget; not met: "
              "at least 2% below it is a disagreement; the dynamic row's step at its first length, the sizes it "
-             "was compiled for, which its budget is a fraction of stock's estimate at).", "",
+             "was compiled for, which its budget is a fraction of stock's estimate at). Our budgets count the whole "
+             "step as a user told by `session.measure_step` would compile it: on the rows that compile each layer "
+             "on its own, `region_calls` is the number of layers (`budget:0.5x4`), and on every row `held_outside` "
+             "is what eager code held beside the compiled graphs in stock's step, by phase (rows measured before "
+             "the option existed say so in their records: `held_outside` all zero).", "",
              *markdown(SUMMARY, rows), ""]
     return lines + details_with_plots(rows, _detail, plot_wild, lambda r: f"wild-{r.row}.png",
                                       lambda r: f"{r.row}: real peak against step time")

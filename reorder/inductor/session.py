@@ -890,6 +890,9 @@ def partition_line(r: PartitionRecord) -> str:
     budget = f"{r.budget:g} of stock's {format_bytes(r.stock_peak)}" if isinstance(r.budget, float) else "given"
     if r.calls > 1:
         budget += f"; the region run {r.calls} times a step, every estimate counting all the calls"
+    if any(r.held_outside):
+        budget += "; eager code beside it counted at " + "/".join(format_bytes(b) for b in r.held_outside) + \
+            " (forward/between/backward)"
     estimates = f"estimated step peak {format_bytes(r.stock_peak)} -> {format_bytes(r.peak)}"
     if r.compiled_peak is not None:
         estimates += f", compiled graphs {format_bytes(r.compiled_peak)}"
