@@ -14,7 +14,7 @@ from reorder.budget import (Frontier, StepNodeSpec, build_step_graph, candidate_
                             min_cut_source_side, partition_of, segment_boundaries, step_peak)
 from reorder.budget.allocation_model import AllocationModel
 from reorder.budget.frontier import RESOLUTION
-from reorder.budget.step_peak import Held, step_total
+from reorder.budget.step_peak import Held, gradient_bytes, step_total
 from reorder.budget.step_peak import StepPeak, autograd_order, judged_peak, programs_of
 from reorder.errors import GraphError, ReorderError
 from reorder.timeline import estimate_peak_memory
@@ -240,6 +240,17 @@ def test_eager_code_beside_the_region_adds_to_the_phase_it_holds_memory_in():
     assert step_peak(graph, recomputing, held=Held(calls=2, outside=(0, 1000, 0))).peak == 2000  # 2 x 500 + 1000
     assert step_peak(graph, saving, held=Held(outside=(0, 0, 1000))).peak == 2300
     assert step_total(Held(before=7, calls=2, outside=(1, 2, 3)), saved=10, forward=20, backward=30) == 7 + 10 + 33
+
+
+def test_the_first_calls_backward_runs_beside_the_other_calls_gradients():
+    """Backwards run in reverse: the last call's beside the other calls' saved values, the first call's beside
+    their gradients, which stay. A partition that saves less than a call's gradients peaks at the first call's
+    backward."""
+    assert step_total(Held(calls=3), saved=100, forward=120, backward=130, gradients=50) == 2 * 100 + 130
+    assert step_total(Held(calls=3), saved=10, forward=20, backward=30, gradients=50) == 2 * 50 + 30
+    assert step_total(Held(calls=1), saved=10, forward=20, backward=30, gradients=50) == 30
+    graph = chain()
+    assert gradient_bytes(graph) == 64  # gw
 
 
 def test_the_backward_lists_a_recomputed_node_just_before_its_first_use():

@@ -44,7 +44,10 @@ the order they choose (in Inductor's model, as the reorder pass does), the
 higher of the two peaks counting. A step compiled in several regions (graph
 breaks) holds what earlier regions saved. A region that runs several times
 a step before its backward (a compile per decoder layer) holds what its
-other calls saved while the last one runs, forward and backward. Eager code
+other calls saved while the last one runs, forward and backward; as the
+backwards run in reverse, each call's saved values go and its gradients
+(the backward's outputs) stay, so the first call's backward runs beside the
+other calls' gradients. Eager code
 around the compiled region (a loss computed after the compiled model, the
 layers a per-layer compile leaves eager) holds memory of its own, in three
 phases that :func:`reorder.measure.measure` tells apart: while the compiled
@@ -70,7 +73,7 @@ from .partition import Partition
 from .step_graph import StepGraph
 
 __all__ = ["ORDER_METHODS", "Held", "StepPeak", "judged_peak", "autograd_order", "donated_values", "free_values",
-           "programs_of", "step_peak", "step_total"]
+           "gradient_bytes", "programs_of", "step_peak", "step_total"]
 
 #: Our methods whose best order (in Inductor's model) each program may also be judged in (none by default: the
 #: listed order alone, see the module docstring).
@@ -89,15 +92,22 @@ class Held:
     outside: tuple[int, int, int] = (0, 0, 0)
 
 
-def step_total(held: Held, saved: int, forward: int, backward: int) -> int:
+def step_total(held: Held, saved: int, forward: int, backward: int, gradients: int = 0) -> int:
     """The step's peak from a region's forward and backward peaks (each above what it starts with, the saved
-    values included, as :func:`step_peak` judges them) and its saved bytes: the last call's forward or backward
-    beside what earlier regions and the other calls saved, or every call's saved values held between the
-    phases, each with what eager code holds then."""
-    others = held.before + (held.calls - 1) * saved
+    values included, as :func:`step_peak` judges them), its saved bytes and its gradients' (what its backward
+    outputs): the last call's forward beside what earlier regions and the other calls saved; every call's
+    saved values held between the phases; a call's backward beside the saved values of the calls before it
+    and the gradients of those after it (the most at the last call or the first); each with what eager code
+    holds then."""
+    others = (held.calls - 1) * saved
     during_forward, between, during_backward = held.outside
-    return max(others + forward + during_forward, held.before + held.calls * saved + between,
-               others + backward + during_backward)
+    return held.before + max(others + forward + during_forward, held.calls * saved + between,
+                             (held.calls - 1) * max(saved, gradients) + backward + during_backward)
+
+
+def gradient_bytes(graph: StepGraph) -> int:
+    """Bytes the backward's outputs hold: the gradients it hands autograd, which outlive it."""
+    return sum(graph.bytes[v] for v in set(graph.backward_outputs))
 
 
 @dataclass(frozen=True)
@@ -121,7 +131,8 @@ def step_peak(graph: StepGraph, partition: Partition, methods: Sequence[str] = O
     docstring)."""
     fw, bw = (judged_peak(program, methods) for program in programs_of(graph, partition))
     saved = partition.saved_bytes
-    return StepPeak(step_total(held, saved, fw, bw), fw, bw, saved, held.before + (held.calls - 1) * saved)
+    return StepPeak(step_total(held, saved, fw, bw, gradient_bytes(graph)), fw, bw, saved,
+                    held.before + (held.calls - 1) * saved)
 
 
 def judged_peak(program: AllocationModel, methods: Sequence[str] = ORDER_METHODS) -> int:

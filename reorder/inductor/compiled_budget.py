@@ -399,9 +399,12 @@ def amend(session: Session, plan: RegionPlan) -> None:
     calls and eager code hold) and a verdict that holds only if that fits too; a WARNING where the plan met the
     budget and the compiled graphs do not."""
     record = plan.record
-    compiled = step_total(record.held, record.saved_bytes, plan.peaks.get("forward", 0), plan.peaks.get("backward", 0))
-    modelled = step_total(record.held, record.saved_bytes, plan.modelled["forward"], plan.modelled["backward"]) \
-        if len(plan.modelled) == 2 else None
+    def total(peaks: dict[str, int]) -> int:
+        return step_total(record.held, record.saved_bytes, peaks.get("forward", 0), peaks.get("backward", 0),
+                          record.gradient_bytes)
+
+    compiled = total(plan.peaks)
+    modelled = total(plan.modelled) if len(plan.modelled) == 2 else None
     amended = dataclasses.replace(record, compiled_peak=compiled, modelled_peak=modelled,
                                   feasible=record.peak <= record.budget_bytes and compiled <= record.budget_bytes)
     session.replace(record, amended)

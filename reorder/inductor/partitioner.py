@@ -63,7 +63,7 @@ import time
 from ..budget.frontier import Candidate, Frontier, at_larger_sizes, candidate_of, frontier
 from ..budget.partition import partition_of
 from ..budget.step_graph import StepGraph
-from ..budget.step_peak import Held, donated_values, free_values, programs_of, step_peak
+from ..budget.step_peak import Held, donated_values, free_values, gradient_bytes, programs_of, step_peak
 from .adapter import graph_being_compiled
 from .compiled_budget import RegionPlan, expect_region
 from .fx_values import sizes_scaled
@@ -201,6 +201,7 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
             stages=tuple(stages.items()),
             calls=calls,
             held_outside=held.outside,
+            gradient_bytes=gradient_bytes(graph),
         )
         # the compiled graphs of a region after the first take the activations handed over as inputs that
         # Inductor's model of them leaves out (named as parameters are): they are not checked

@@ -435,7 +435,8 @@ class PartitionRecord(_Record):
     counts what the earlier regions' stock partitions saved. ``calls``: how
     many times the region runs a step (the hook's ``region_calls``), and
     ``held_outside``: what eager code holds beside it (the hook's option):
-    every peak, stock's too, counts them (:attr:`held`). ``digest``: the
+    every peak, stock's too, counts them (:attr:`held`); ``gradient_bytes``:
+    what its backward outputs, which the other calls' backwards run beside. ``digest``: the
     joint graph's (a region compiled again is not an earlier region).
     ``seconds``: our conversion, candidates and check. ``note``: where the
     partition Inductor made from our choice differs from the plan.
@@ -496,6 +497,7 @@ class PartitionRecord(_Record):
     stages: tuple[tuple[str, float], ...] = ()
     calls: int = 1
     held_outside: tuple[int, int, int] = (0, 0, 0)
+    gradient_bytes: int = 0
 
     kind = "partition"
 
