@@ -764,6 +764,8 @@ def test_a_region_compiled_per_layer_is_budgeted_for_every_call_of_the_step(fres
         assert (f"held_outside={eager}" in warned) == (len(options) < 2), warned
         (record,) = session.partitions
         assert record.calls == options.get("region_calls", 1) and record.source != "inductor", session.summary()
+        parameters = sum(p.numel() * p.element_size() for p in blocks[0].parameters())
+        assert record.gradient_bytes == (parameters if record.calls > 1 else 0)  # they stay while others run
         assert record.measured_peak == peak and record.feasible == (peak <= record.budget_bytes)
         for ours, theirs in zip(got, expected, strict=True):
             assert_close_to_eager(ours, theirs, "gradient")

@@ -45,8 +45,8 @@ higher of the two peaks counting. A step compiled in several regions (graph
 breaks) holds what earlier regions saved. A region that runs several times
 a step before its backward (a compile per decoder layer) holds what its
 other calls saved while the last one runs, forward and backward; as the
-backwards run in reverse, each call's saved values go and its gradients
-(the backward's outputs) stay, so the first call's backward runs beside the
+backwards run in reverse, each call's saved values go and its parameters'
+gradients stay, so the first call's backward runs beside the
 other calls' gradients. Eager code
 around the compiled region (a loss computed after the compiled model, the
 layers a per-layer compile leaves eager) holds memory of its own, in three
@@ -73,7 +73,7 @@ from .partition import Partition
 from .step_graph import StepGraph
 
 __all__ = ["ORDER_METHODS", "Held", "StepPeak", "judged_peak", "autograd_order", "donated_values", "free_values",
-           "gradient_bytes", "programs_of", "step_peak", "step_total"]
+           "programs_of", "step_peak", "step_total"]
 
 #: Our methods whose best order (in Inductor's model) each program may also be judged in (none by default: the
 #: listed order alone, see the module docstring).
@@ -85,29 +85,26 @@ class Held:
     """What the step holds beside one compiled region: ``before``, bytes earlier regions saved; ``calls``, how
     many times the region runs a step before its backward (the other calls' saved values are held while the
     last runs); ``outside``, bytes eager code holds outside the compiled graphs ``(while the forwards run,
-    between the last forward and the first backward, while the backwards run)``."""
+    between the last forward and the first backward, while the backwards run)``; ``gradients``, bytes of the
+    parameters' gradients one call's backward outputs (they stay while the other calls' backwards run)."""
 
     before: int = 0
     calls: int = 1
     outside: tuple[int, int, int] = (0, 0, 0)
+    gradients: int = 0
 
 
-def step_total(held: Held, saved: int, forward: int, backward: int, gradients: int = 0) -> int:
+def step_total(held: Held, saved: int, forward: int, backward: int) -> int:
     """The step's peak from a region's forward and backward peaks (each above what it starts with, the saved
-    values included, as :func:`step_peak` judges them), its saved bytes and its gradients' (what its backward
-    outputs): the last call's forward beside what earlier regions and the other calls saved; every call's
+    values included, as :func:`step_peak` judges them) and its saved bytes: the last call's forward beside
+    what earlier regions and the other calls saved; every call's
     saved values held between the phases; a call's backward beside the saved values of the calls before it
     and the gradients of those after it (the most at the last call or the first); each with what eager code
     holds then."""
     others = (held.calls - 1) * saved
     during_forward, between, during_backward = held.outside
     return held.before + max(others + forward + during_forward, held.calls * saved + between,
-                             (held.calls - 1) * max(saved, gradients) + backward + during_backward)
-
-
-def gradient_bytes(graph: StepGraph) -> int:
-    """Bytes the backward's outputs hold: the gradients it hands autograd, which outlive it."""
-    return sum(graph.bytes[v] for v in set(graph.backward_outputs))
+                             (held.calls - 1) * max(saved, held.gradients) + backward + during_backward)
 
 
 @dataclass(frozen=True)
@@ -131,8 +128,7 @@ def step_peak(graph: StepGraph, partition: Partition, methods: Sequence[str] = O
     docstring)."""
     fw, bw = (judged_peak(program, methods) for program in programs_of(graph, partition))
     saved = partition.saved_bytes
-    return StepPeak(step_total(held, saved, fw, bw, gradient_bytes(graph)), fw, bw, saved,
-                    held.before + (held.calls - 1) * saved)
+    return StepPeak(step_total(held, saved, fw, bw), fw, bw, saved, held.before + (held.calls - 1) * saved)
 
 
 def judged_peak(program: AllocationModel, methods: Sequence[str] = ORDER_METHODS) -> int:

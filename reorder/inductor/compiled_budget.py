@@ -400,8 +400,7 @@ def amend(session: Session, plan: RegionPlan) -> None:
     budget and the compiled graphs do not."""
     record = plan.record
     def total(peaks: dict[str, int]) -> int:
-        return step_total(record.held, record.saved_bytes, peaks.get("forward", 0), peaks.get("backward", 0),
-                          record.gradient_bytes)
+        return step_total(record.held, record.saved_bytes, peaks.get("forward", 0), peaks.get("backward", 0))
 
     compiled = total(plan.peaks)
     modelled = total(plan.modelled) if len(plan.modelled) == 2 else None

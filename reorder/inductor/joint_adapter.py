@@ -36,7 +36,8 @@ from .fx_values import nbytes, numel, size_hint
 from .rewrites import applies
 from .scratch import scratch_bytes
 
-__all__ = ["inputs_not_channels_last", "recompute_policy", "saved_names", "step_graph_from_joint"]
+__all__ = ["inputs_not_channels_last", "parameter_gradient_bytes", "recompute_policy", "saved_names",
+           "step_graph_from_joint"]
 
 #: Views Inductor lowers as views though their schemas declare no alias.
 _VIEW_TARGETS = ("aten::_unsafe_view",)
@@ -214,6 +215,19 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
         ))
     return build_step_graph(specs, [o.name for o in forward_outputs if isinstance(o, torch.fx.Node)],
                             [o.name for o in backward_outputs if isinstance(o, torch.fx.Node)], name=name)
+
+
+def parameter_gradient_bytes(joint_module, num_fwd_outputs: int, static_lifetime_input_indices=None) -> int:
+    """Bytes of the gradients the joint graph's backward outputs for its parameters (the primals in
+    ``static_lifetime_input_indices``), at the size hints: they outlive the backward, so a region run several
+    times a step runs each earlier call's backward beside the later calls' (an activation's gradient is the
+    next backward's input instead, and goes)."""
+    from torch._functorch.partitioners import _extract_fwd_bwd_outputs
+
+    _, gradients, _, _ = _extract_fwd_bwd_outputs(joint_module, num_fwd_outputs=num_fwd_outputs)
+    static = set(static_lifetime_input_indices or ())
+    return sum(nbytes(node.meta.get("val")) for k, node in enumerate(gradients)
+               if k in static and node is not None and hasattr(node, "meta"))
 
 
 def _layout_optimised(joint_module) -> bool:

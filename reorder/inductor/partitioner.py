@@ -63,11 +63,12 @@ import time
 from ..budget.frontier import Candidate, Frontier, at_larger_sizes, candidate_of, frontier
 from ..budget.partition import partition_of
 from ..budget.step_graph import StepGraph
-from ..budget.step_peak import Held, donated_values, free_values, gradient_bytes, programs_of, step_peak
+from ..budget.step_peak import Held, donated_values, free_values, programs_of, step_peak
 from .adapter import graph_being_compiled
 from .compiled_budget import RegionPlan, expect_region
 from .fx_values import sizes_scaled
-from .joint_adapter import inputs_not_channels_last, recompute_policy, saved_names, step_graph_from_joint
+from .joint_adapter import (inputs_not_channels_last, parameter_gradient_bytes, recompute_policy, saved_names,
+                            step_graph_from_joint)
 from .releases import hook_base
 from .scratch import probe_of
 from .session import FallbackRecord, HookOptions, PartitionRecord, Session, SessionBound, source_hash
@@ -134,7 +135,8 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
         earlier = {r.digest: r for r in (session.partitions if session is not None else ()) if r.digest != digest}
         calls = self.options.region_calls
         held_before = sum(r.saved_bytes * r.calls for r in earlier.values())
-        held = Held(held_before, calls, self.options.held_outside)
+        gradients = parameter_gradient_bytes(gm, num_fwd_outputs, kwargs.get("static_lifetime_input_indices"))
+        held = Held(held_before, calls, self.options.held_outside, gradients if calls > 1 else 0)
         # a later region's inputs, and a region's own run many times (the previous call's output), are the step's
         inputs_are_activations = bool(earlier) or calls > 1
         graph = step_graph_from_joint(gm, num_fwd_outputs, kwargs.get("static_lifetime_input_indices"), name,
@@ -201,7 +203,7 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
             stages=tuple(stages.items()),
             calls=calls,
             held_outside=held.outside,
-            gradient_bytes=gradient_bytes(graph),
+            gradient_bytes=held.gradients,
         )
         # the compiled graphs of a region after the first take the activations handed over as inputs that
         # Inductor's model of them leaves out (named as parameters are): they are not checked

@@ -436,7 +436,8 @@ class PartitionRecord(_Record):
     many times the region runs a step (the hook's ``region_calls``), and
     ``held_outside``: what eager code holds beside it (the hook's option):
     every peak, stock's too, counts them (:attr:`held`); ``gradient_bytes``:
-    what its backward outputs, which the other calls' backwards run beside. ``digest``: the
+    the parameters' gradients its backward outputs, which the other calls'
+    backwards run beside. ``digest``: the
     joint graph's (a region compiled again is not an earlier region).
     ``seconds``: our conversion, candidates and check. ``note``: where the
     partition Inductor made from our choice differs from the plan.
@@ -504,7 +505,7 @@ class PartitionRecord(_Record):
     @property
     def held(self) -> Held:
         """What the step holds beside the region, for :func:`~reorder.budget.step_peak.step_total`."""
-        return Held(self.held_before, self.calls, tuple(self.held_outside))
+        return Held(self.held_before, self.calls, tuple(self.held_outside), self.gradient_bytes)
 
 
 @dataclass(frozen=True)
