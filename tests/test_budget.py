@@ -537,4 +537,6 @@ def test_with_symbolic_sizes_a_point_above_stock_at_the_hints_is_never_in_the_fr
                      offered=offered, scaled=larger)
     assert [p.source for p in front.points] == ["below"] and front.choose(1).candidate.source == "below"
     static = frontier(graph, candidate_of(graph, stock, "inductor"), prices=(), segments=(), offered=offered)
-    assert [p.source for p in static.points] == []  # at the hints alone nothing drops by the resolution
+    # at the hints alone nothing drops by the resolution: the lowest estimate is the one point, for budgets below it
+    assert [p.source for p in static.points] == ["below"] and static.choose(1000).is_stock
+    assert static.choose(995).candidate.source == static.choose(1).candidate.source == "below"

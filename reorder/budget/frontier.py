@@ -18,7 +18,9 @@ the candidates below stock's peak whose peak falls as their cost rises
 :data:`RESOLUTION` of stock's estimate: the estimate is a model, and on the
 real-model benchmark two partitions whose estimates differ by less than
 that can measure the other way round, so a smaller budget could get a
-higher real peak), and
+higher real peak; but the last point is the lowest estimate of all, even
+within that resolution, since a budget no point meets asks for the least
+memory), and
 :meth:`Frontier.choose` picks for a budget in bytes:
 
 * stock itself when the budget is at least stock's estimate (the compile is
@@ -203,4 +205,10 @@ def frontier(graph: StepGraph, stock: Candidate, prices: Sequence[Fraction | Non
     for candidate in sorted(candidates, key=lambda c: (c.cost, _level(c, stock))):
         if _level(candidate, stock) < (_level(points[-1], stock) if points else stock.peak.peak) - least_drop:
             points.append(candidate)
+    # the lowest level found ends the frontier even where it lies within the resolution of the last point: a
+    # budget no point meets asks for the least memory, and the estimate's best guess at it is this candidate
+    # (it costs at least the last point: anything cheaper would have been a point after it)
+    floor = min(candidates, key=lambda c: (_level(c, stock), c.cost), default=None)
+    if floor is not None and _level(floor, stock) < (_level(points[-1], stock) if points else stock.peak.peak):
+        points.append(floor)
     return Frontier(stock, tuple(points))
