@@ -46,15 +46,14 @@ breaks) holds what earlier regions saved. A region that runs several times
 a step before its backward (a compile per decoder layer) holds what its
 other calls saved while the last one runs, forward and backward; as the
 backwards run in reverse, each call's saved values go and its parameters'
-gradients stay, so the first call's backward runs beside the
-other calls' gradients. Eager code
-around the compiled region (a loss computed after the compiled model, the
-layers a per-layer compile leaves eager) holds memory of its own, in three
-phases that :func:`reorder.measure.measure` tells apart: while the compiled
-forwards run, between the last forward and the first backward (when every
-call's saved values are held), and while the compiled backwards run.
-:class:`Held` is all of that, and :func:`step_total` the one formula that
-adds it to a region's two programs.
+gradients stay, so the first call's backward runs beside the other calls'
+gradients. Eager code around the compiled region (a loss computed after the
+compiled model, the layers a per-layer compile leaves eager) holds memory
+of its own, in three phases that :func:`reorder.measure.measure` tells
+apart: while the compiled forwards run, between the last forward and the
+first backward (when every call's saved values are held), and while the
+compiled backwards run. :class:`Held` is all of that, and
+:func:`step_total` the one formula that adds it to a region's two programs.
 
 This is a model of fused kernels, not Inductor's scheduler itself; how far it
 is from the allocator's real peak is measured on the real-model benchmark
@@ -97,10 +96,9 @@ class Held:
 def step_total(held: Held, saved: int, forward: int, backward: int) -> int:
     """The step's peak from a region's forward and backward peaks (each above what it starts with, the saved
     values included, as :func:`step_peak` judges them) and its saved bytes: the last call's forward beside
-    what earlier regions and the other calls saved; every call's
-    saved values held between the phases; a call's backward beside the saved values of the calls before it
-    and the gradients of those after it (the most at the last call or the first); each with what eager code
-    holds then."""
+    what earlier regions and the other calls saved; every call's saved values held between the phases; a
+    call's backward beside the saved values of the calls before it and the gradients of those after it (the
+    most at the last call or the first); each with what eager code holds then."""
     others = (held.calls - 1) * saved
     during_forward, between, during_backward = held.outside
     return held.before + max(others + forward + during_forward, held.calls * saved + between,
