@@ -183,17 +183,19 @@ def _paired_allocations(tree: list, device: torch.device) -> tuple[list, dict[in
 OUTSIDE_PHASES = ("forward", "between", "backward")
 
 
-def outside_held(tree: list, device: torch.device, calls: list[tuple[int, int, bool]]) -> dict[str, int]:
+def outside_held(paired: tuple[list, dict[int, int], list[int]], calls: list[tuple[int, int, bool]]
+                 ) -> dict[str, int]:
     """The most bytes eager code (anything outside the compiled graphs' calls, ``calls`` as ``(start, end,
-    in_backward)`` ns) holds in each phase of :data:`OUTSIDE_PHASES`: while a compiled forward runs, from the
-    end of the last compiled forward to the start of the first compiled backward (every call's saved values
-    held), and while a compiled backward runs, less what that call frees (its inputs: the region's estimate
-    counts them). Empty where no compiled forward and backward both ran."""
+    in_backward)`` ns; ``paired``: :func:`_paired_allocations`) holds in each phase of :data:`OUTSIDE_PHASES`:
+    while a compiled forward runs, from the end of the last compiled forward to the start of the first
+    compiled backward (every call's saved values held), and while a compiled backward runs, less what that
+    call frees (its inputs: the region's estimate counts them). Empty where no compiled forward and backward
+    both ran."""
     forwards = [(s, e) for s, e, backward in calls if not backward]
     backwards = [(s, e) for s, e, backward in calls if backward]
     if not forwards or not backwards:
         return {}
-    events, freed_at, _ = _paired_allocations(tree, device)
+    events, freed_at, _ = paired
     eager = [(e.start_time_ns, freed_at.get(k), e.extra_fields.alloc_size) for k, e in enumerate(events)
              if e.extra_fields.alloc_size > 0 and not any(s <= e.start_time_ns <= f for s, f, _ in calls)]
 
@@ -209,20 +211,21 @@ def outside_held(tree: list, device: torch.device, calls: list[tuple[int, int, b
             "backward": max(live(s, e) for s, e in backwards)}
 
 
-def peak_composition(tree: list, device: torch.device, peak_time: int, calls: list[tuple[int, int]],
+def peak_composition(paired: tuple[list, dict[int, int], list[int]], peak_time: int, calls: list[tuple[int, int]],
                      backward_begin: int | None) -> dict[str, int]:
     """The bytes live at ``peak_time``, by where they were allocated; the values sum to the peak.
 
-    Each allocation is paired with its free by address. Origins: ``compiled
-    forward``/``compiled backward`` (inside a compiled graph's call, ``calls``
-    as ``(start, end)`` ns; ``compiled`` when no backward ran), ``outside
-    compiled`` (eager code, the autograd engine, the optimizer), each with
-    `` (operator temporaries)`` for allocations freed before the outermost
-    ``aten::`` operator that made them returned (an extern kernel's scratch),
-    and ``freed from before the call`` (negative: frees of memory allocated
+    Each allocation is paired with its free by address (``paired``:
+    :func:`_paired_allocations`). Origins: ``compiled forward``/``compiled
+    backward`` (inside a compiled graph's call, ``calls`` as ``(start, end)``
+    ns; ``compiled`` when no backward ran), ``outside compiled`` (eager
+    code, the autograd engine, the optimizer), each with `` (operator
+    temporaries)`` for allocations freed before the outermost ``aten::``
+    operator that made them returned (an extern kernel's scratch), and
+    ``freed from before the call`` (negative: frees of memory allocated
     before the measurement began).
     """
-    events, freed_at, unmatched = _paired_allocations(tree, device)
+    events, freed_at, unmatched = paired
     unmatched_frees = sum(events[k].extra_fields.alloc_size for k in unmatched if events[k].start_time_ns <= peak_time)
     out: dict[str, int] = {"freed from before the call": unmatched_frees} if unmatched_frees else {}
     for k, event in enumerate(events):
@@ -355,9 +358,9 @@ def measure(fn: Callable[[], Any], device: torch.device | str | None = None) -> 
     calls = tuple(region(name.strip("# ").removeprefix("Call ")
                          + (" (backward)" if any(b <= s <= f for b, f in in_backward) else ""), s, e)
                   for s, e, name in call_ranges)
-    composition = peak_composition(tree, device, peak_time, [(s, e) for s, e, _ in call_ranges],
+    paired = _paired_allocations(tree, device)
+    composition = peak_composition(paired, peak_time, [(s, e) for s, e, _ in call_ranges],
                                    backward[0][0] if backward else None)
-    outside = outside_held(tree, device, [(s, e, any(b <= s <= f for b, f in in_backward))
-                                          for s, e, _ in call_ranges])
+    outside = outside_held(paired, [(s, e, any(b <= s <= f for b, f in in_backward)) for s, e, _ in call_ranges])
     return MemoryMeasurement(str(device), peak, current, allocations, frees, tuple(curve), phases, held, calls, cuda,
                              composition, outside)

@@ -399,6 +399,7 @@ def amend(session: Session, plan: RegionPlan) -> None:
     calls and eager code hold) and a verdict that holds only if that fits too; a WARNING where the plan met the
     budget and the compiled graphs do not."""
     record = plan.record
+
     def total(peaks: dict[str, int]) -> int:
         return step_total(record.held, record.saved_bytes, peaks.get("forward", 0), peaks.get("backward", 0))
 

@@ -135,8 +135,9 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
         earlier = {r.digest: r for r in (session.partitions if session is not None else ()) if r.digest != digest}
         calls = self.options.region_calls
         held_before = sum(r.saved_bytes * r.calls for r in earlier.values())
-        gradients = parameter_gradient_bytes(gm, num_fwd_outputs, kwargs.get("static_lifetime_input_indices"))
-        held = Held(held_before, calls, self.options.held_outside, gradients if calls > 1 else 0)
+        gradients = parameter_gradient_bytes(gm, num_fwd_outputs, kwargs.get("static_lifetime_input_indices")) \
+            if calls > 1 else 0  # they stay only while the region's other calls run backward
+        held = Held(held_before, calls, self.options.held_outside, gradients)
         # a later region's inputs, and a region's own run many times (the previous call's output), are the step's
         inputs_are_activations = bool(earlier) or calls > 1
         graph = step_graph_from_joint(gm, num_fwd_outputs, kwargs.get("static_lifetime_input_indices"), name,
