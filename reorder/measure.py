@@ -2,12 +2,20 @@
 
 An estimate is a promise; this module checks it. :func:`measure` runs a
 callable once under ``torch.profiler.profile(profile_memory=True)`` and reads
-the raw ``[memory]`` events Kineto records: one per allocation (positive
-bytes) and per free (negative), with its device and time. Their running sum
-is the live allocated bytes above what was live when the call began, so the
-peak, the curve and the bytes left at the end come straight from the
+the allocator's events the profiler records: one per allocation (positive
+bytes) and per free (negative), with its device, address and time. The
+running sum over the memory the call itself allocated is its live bytes, so
+the peak, the curve and the bytes left at the end come straight from the
 allocator, to the byte (CPU: the bytes asked for; CUDA: the caching
 allocator's rounded blocks).
+
+Frees of memory allocated before the call (a step's ``zero_grad`` freeing
+the last step's gradients) are left out. On CPU the profiler reports such a
+free only when the memory was allocated under an earlier profile, and with
+the size it had then, even if the address was since freed and reused
+unprofiled; counting them would make the same call measure differently after
+different earlier work. A measurement is therefore the most bytes the call's
+own allocations held at once, whatever ran before it.
 
 The same profile's operator ranges split the call into phases when it is a
 training step: ``forward`` until the autograd engine starts, ``backward``
@@ -61,9 +69,11 @@ class Region:
 class MemoryMeasurement:
     """The allocations of one call on one device.
 
-    ``peak``: the most live allocated bytes above the starting point;
+    ``peak``: the most bytes the call's own allocations held at once (frees
+    of memory allocated before it are not counted: see the module's doc);
     ``end``: what the call left allocated (its results, gradients...);
-    ``curve``: ``(seconds, live bytes)`` after every allocation and free;
+    ``curve``: ``(seconds, live bytes)`` after every allocation and every
+    free of the call's own memory;
     ``phases``: ``forward``/``backward``/``optimizer`` regions of a training
     step (empty when no autograd ran); ``held_at_backward``: live bytes where
     backward began; ``compiled_calls``: one region per call of a compiled
@@ -107,21 +117,6 @@ class MemoryMeasurement:
             "compiled_calls": [vars(r) for r in self.compiled_calls],
             "peak_composition": self.peak_composition, "outside_by_phase": self.outside_by_phase,
         }
-
-
-def _memory_events(events: list, device: torch.device) -> list[tuple[int, int]]:
-    """``(time_ns, bytes)`` of the allocator events of ``device``, in time order."""
-    want_cuda = device.type == "cuda"
-    out = []
-    for e in events:
-        if e.name() != "[memory]" or not e.nbytes():
-            continue
-        is_cuda = e.device_type() == torch.autograd.DeviceType.CUDA
-        if is_cuda != want_cuda or (want_cuda and e.device_index() != (device.index or 0)):
-            continue
-        out.append((e.start_ns(), e.nbytes()))
-    out.sort(key=lambda x: x[0])
-    return out
 
 
 def _live_between(times: list[int], live: list[int], start: int, end: int) -> tuple[int, int, int]:
@@ -221,13 +216,10 @@ def peak_composition(paired: tuple[list, dict[int, int], list[int]], peak_time: 
     ns; ``compiled`` when no backward ran), ``outside compiled`` (eager
     code, the autograd engine, the optimizer), each with `` (operator
     temporaries)`` for allocations freed before the outermost ``aten::``
-    operator that made them returned (an extern kernel's scratch), and
-    ``freed from before the call`` (negative: frees of memory allocated
-    before the measurement began).
+    operator that made them returned (an extern kernel's scratch).
     """
-    events, freed_at, unmatched = paired
-    unmatched_frees = sum(events[k].extra_fields.alloc_size for k in unmatched if events[k].start_time_ns <= peak_time)
-    out: dict[str, int] = {"freed from before the call": unmatched_frees} if unmatched_frees else {}
+    events, freed_at, _ = paired
+    out: dict[str, int] = {}
     for k, event in enumerate(events):
         t, size = event.start_time_ns, event.extra_fields.alloc_size
         if t > peak_time:
@@ -322,8 +314,9 @@ def measure(fn: Callable[[], Any], device: torch.device | str | None = None) -> 
         cuda = {"max_memory_allocated": torch.cuda.max_memory_allocated(device) - allocated,
                 "max_memory_reserved": torch.cuda.max_memory_reserved(device) - reserved}
     events = list(prof.profiler.kineto_results.events())
-    tree = prof.profiler.kineto_results.experimental_event_tree()
-    memory = _memory_events(events, device)
+    paired = _paired_allocations(prof.profiler.kineto_results.experimental_event_tree(), device)
+    before_the_call = set(paired[2])
+    memory = [(e.start_time_ns, e.extra_fields.alloc_size) for k, e in enumerate(paired[0]) if k not in before_the_call]
     origin = min((e.start_ns() for e in events), default=0)
     times, live, curve = [], [], []
     current = peak = allocations = frees = 0
@@ -358,7 +351,6 @@ def measure(fn: Callable[[], Any], device: torch.device | str | None = None) -> 
     calls = tuple(region(name.strip("# ").removeprefix("Call ")
                          + (" (backward)" if any(b <= s <= f for b, f in in_backward) else ""), s, e)
                   for s, e, name in call_ranges)
-    paired = _paired_allocations(tree, device)
     composition = peak_composition(paired, peak_time, [(s, e) for s, e, _ in call_ranges],
                                    backward[0][0] if backward else None)
     outside = outside_held(paired, [(s, e, any(b <= s <= f for b, f in in_backward)) for s, e, _ in call_ranges])

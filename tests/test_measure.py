@@ -26,6 +26,25 @@ def test_peak_and_end_are_the_arithmetic_of_known_allocations():
     assert m.peak_composition == {"outside compiled": 3000}  # b, c, d live at the first peak... a freed later
 
 
+def test_a_call_measures_the_same_whatever_allocated_the_memory_it_frees():
+    """The profiler reports the free of memory allocated before the call only if an earlier profile saw it
+    allocated (and then with that profile's size, even for an address since reused): counted, the same call
+    would measure 4,000 bytes after one history and nothing after the other."""
+    held = {}
+
+    def program():
+        held.pop("old")                              # frees memory allocated before the call
+        return torch.empty(1000, dtype=torch.int32)  # 4,000
+
+    held["old"] = torch.empty(16384, dtype=torch.uint8)            # allocated unprofiled
+    unprofiled = measure(program, "cpu")
+    measure(lambda: held.setdefault("old", torch.empty(16384, dtype=torch.uint8)), "cpu")  # allocated profiled
+    profiled = measure(program, "cpu")
+    assert (unprofiled.peak, unprofiled.end, unprofiled.frees) == (profiled.peak, profiled.end, profiled.frees) \
+        == (4000, 4000, 0)
+    assert profiled.peak_composition == {"outside compiled": 4000}
+
+
 def test_a_training_step_is_split_into_phases_and_the_forward_hands_backward_what_it_saved():
     n = 4096
     w = torch.randn(n, requires_grad=True)
