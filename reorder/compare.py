@@ -79,13 +79,18 @@ class Variant:
         fraction of stock's estimated step peak, in (0, 1]; bytes take a unit
         (``12MB``, ``1.5GiB``, ``500000B``); ``budget:0.5x4`` is
         ``use(memory_budget=0.5, region_calls=4)``, for a region run four
-        times a step (each layer compiled on its own). ``inductor-budget:F`` is stock
-        with Inductor's own ``activation_memory_budget=F``, F in [0, 1].
+        times a step (each layer compiled on its own); ``+held=F/M/B`` (or
+        ``+held=N``) after either is ``held_outside=(F, M, B)`` (or ``N``),
+        the bytes the step's eager code holds beside the compiled regions, as
+        ``session.measure_step`` names them (a unit is optional: ``+held=8MB``).
+        ``inductor-budget:F`` is stock with Inductor's own
+        ``activation_memory_budget=F``, F in [0, 1].
         """
         name, colon, value = spec.strip().partition(":")
         if name in VARIANTS and not colon:
             return cls(spec, VARIANTS[name])
         if name == "budget" and value:
+            value, plus, held = value.partition("+")
             value, x, calls = value.partition("x")
             hook = {"memory_budget": budget_value(value, spec)}
             if x:
@@ -93,6 +98,8 @@ class Variant:
                     raise ReorderError(f"variant {spec!r}: 'xN' after a budget is how many times each compiled "
                                        f"region runs a step (region_calls), an int >= 1")
                 hook["region_calls"] = int(calls)
+            if plus:
+                hook["held_outside"] = held_value(held, spec)
             return cls(spec, hook)
         if name == "inductor-budget" and value:
             try:
@@ -103,7 +110,7 @@ class Variant:
                 raise ReorderError(f"variant {spec!r}: Inductor's activation_memory_budget is a fraction in [0, 1]")
             return cls(spec, None, (("activation_memory_budget", fraction),))
         raise ReorderError(f"variant {spec!r}: known variants are {', '.join(VARIANTS)}, budget:FRACTION, "
-                           f"budget:BYTES (with a unit: 12MB, 1.5GiB), either followed by xCALLS, and "
+                           f"budget:BYTES (with a unit: 12MB, 1.5GiB), either followed by xCALLS and +held=BYTES, and "
                            f"inductor-budget:FRACTION")
 
     @contextlib.contextmanager
@@ -139,6 +146,31 @@ def budget_value(text: str, spec: str) -> int | float:
     if value * UNITS[unit] < 1:
         raise ReorderError(f"variant {spec!r}: a budget in bytes must be at least 1 B")
     return int(value * UNITS[unit])
+
+
+def held_value(text: str, spec: str) -> int | tuple[int, int, int]:
+    """``+held=``'s value: bytes (a unit optional) for all three phases, or three separated by ``/``."""
+    key, _, value = text.partition("=")
+    parts = value.split("/")
+    amounts = []
+    for part in parts:
+        part = part.strip()
+        number = part.rstrip("BbKkMmGgIi")
+        unit = part[len(number):].upper() or "B"
+        try:
+            amount = float(number) * UNITS[unit]
+        except (ValueError, KeyError):
+            amount = -1.0
+        if amount < 0 or amount != int(amount):
+            amounts = None
+            break
+        amounts.append(int(amount))
+    if key.strip() != "held" or amounts is None or len(amounts) not in (1, 3):
+        raise ReorderError(f"variant {spec!r}: '+held=' takes the bytes the step's eager code holds beside the "
+                           f"compiled regions (held_outside): one amount, or three separated by '/' (while the "
+                           f"forwards run / between / while the backwards run), each a whole number of bytes or "
+                           f"with a unit (8MB)")
+    return amounts[0] if len(amounts) == 1 else tuple(amounts)
 
 
 def parse_variants(text: str | Sequence[str]) -> list[Variant]:

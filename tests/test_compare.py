@@ -169,6 +169,9 @@ def test_the_plot_and_the_table_put_each_variants_real_peak_beside_its_step_time
     ("inductor-budget:0", None, (("activation_memory_budget", 0.0),)),
     ("budget:0.5x4", {"memory_budget": 0.5, "region_calls": 4}, ()),
     ("budget:12MBx2", {"memory_budget": 12_000_000, "region_calls": 2}, ()),
+    ("budget:0.5+held=4096", {"memory_budget": 0.5, "held_outside": 4096}, ()),
+    ("budget:0.5x4+held=0/8MB/1.5KiB", {"memory_budget": 0.5, "region_calls": 4,
+                                         "held_outside": (0, 8_000_000, 1536)}, ()),
 ])
 def test_variant_specs_name_hook_options_or_inductors_own_budget(spec, hook, functorch):
     variant = Variant.parse(spec)
@@ -186,6 +189,10 @@ def test_variant_specs_name_hook_options_or_inductors_own_budget(spec, hook, fun
     ("budget", "known variants are"),
     ("budget:0.5x0", "'xN' after a budget is how many times each compiled region runs a step"),
     ("budget:0.5xfour", "(region_calls), an int >= 1"),
+    ("budget:0.5+held=1/2", "one amount, or three separated by '/'"),
+    ("budget:0.5+held=-5", "each a whole number of bytes or with a unit"),
+    ("budget:0.5+held=0.5B", "each a whole number of bytes"),
+    ("budget:0.5+outside=5", "'+held=' takes the bytes the step's eager code holds"),
 ])
 def test_bad_variant_specs_are_one_line_naming_the_spec(spec, message):
     with pytest.raises(ReorderError) as caught:
@@ -273,7 +280,7 @@ def test_unknown_variant_is_one_line_and_exit_2(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip() == ("reorder: error: --variants 'stock,fast': variant 'fast': known variants are stock, "
                                    "hook, slab, guard, budget:FRACTION, budget:BYTES (with a unit: 12MB, 1.5GiB), "
-                                   "either followed by xCALLS, and inductor-budget:FRACTION")
+                                   "either followed by xCALLS and +held=BYTES, and inductor-budget:FRACTION")
 
 
 TRAINING_SCRIPT = textwrap.dedent('''
