@@ -639,6 +639,8 @@ def test_a_block_compiled_with_dynamic_shapes_is_partitioned_at_every_size(fresh
     (record,) = session.partitions
     assert record.source != "inductor" and record.recomputed > 0 and record.peak < record.stock_peak
     assert "larger sizes" in dict(record.stages)  # its candidates were judged at twice the sizes too
+    for order in session.graphs:  # every graph, its tangents freed too, was planned across its sizes
+        assert "sizes" not in order.notes and order.peaks_at, (order.graph, order.notes)
     for ours_grads, stock_grads in zip(got, expected, strict=True):
         for a, b in zip(ours_grads, stock_grads, strict=True):
             assert_close_to_eager(a, b, "gradient under the budget")  # recomputed kernels: equal up to rounding

@@ -164,7 +164,9 @@ def symbol_ranges(symbols) -> tuple[dict[str, int], dict[str, tuple[int | None, 
 
 def symbolic_sizes(nodes: list, state: SchedulerState, freeable: dict) -> SymbolicSizes | str | None:
     """Every size Inductor's ``memory.py`` computes at the hints, as an expression (see the module docstring);
-    None when no size has a symbol; a sentence saying why the graph keeps Inductor's numbers only."""
+    None when no size has a symbol; a sentence saying why the graph keeps Inductor's numbers only.
+    ``freeable``: the inputs the graph frees, name -> Inductor's buffer (with its figures), or the bytes at the
+    hints of a tangent (or ``owned`` input) that a real run frees (:func:`freed_tangents`)."""
     from torch._inductor.ir import MultiOutput, MultiOutputLayout, NoneLayout
     from torch._inductor.scheduler import OutputNode
     from torch._inductor.utils import get_dtype_size, is_nonfreeable_buffers
@@ -221,7 +223,7 @@ def symbolic_sizes(nodes: list, state: SchedulerState, freeable: dict) -> Symbol
                 return (f"buffer {name}: its size expressions give {_at(alloc, hints)}/{_at(free, hints)} bytes at the "
                         f"hints, Inductor's figures {info.size_alloc}/{info.size_free}")
     for name, buf in freeable.items():
-        expected = V.graph.get_dep_size_hint(tangents[name]) if name in tangents else buf.mpi_buffer.size_free
+        expected = buf if isinstance(buf, int) else buf.mpi_buffer.size_free  # a freed tangent: its hint bytes
         if _at(inputs.get(name, 0), hints) != expected:
             return f"input {name}: its size expression gives {_at(inputs.get(name, 0), hints)} bytes at the hints, " \
                    f"Inductor's figure {expected}"
