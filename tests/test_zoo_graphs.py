@@ -36,10 +36,10 @@ def test_captured_graphs_cover_the_semantics_that_bite():
 def test_refining_passes_hold_the_exact_search_to_fewer_sets():
     """Inception's second training graph is the zoo's one graph whose proof takes more than 10,000 sets: the
     defaults prove its minimum, the refining passes' methods stop short (40 bytes above) and say so."""
-    from reorder.schedulers import DEFAULT_METHODS, REFINING_METHODS
+    from reorder.schedulers import DEFAULT_METHODS, QUICK_METHODS
 
     graph = load_graph(CACHE / "inception_train_1.json")
-    full, refining = reorder_for_peak_memory(graph, DEFAULT_METHODS), reorder_for_peak_memory(graph, REFINING_METHODS)
+    full, refining = reorder_for_peak_memory(graph, DEFAULT_METHODS), reorder_for_peak_memory(graph, QUICK_METHODS)
     assert full.optimal and full.peak == 2_586_784
     assert not refining.optimal and refining.peak == 2_586_824
     assert refining.notes["exact"] == "gave up after 10001 states (max_states=10000)"

@@ -67,7 +67,7 @@ from .scratch import scratch_in_layout
 from .rewrites import applies
 from .session import PartitionRecord, Session
 
-__all__ = ["RegionPlan", "backward_free_inputs", "check_generated", "compiled_model", "expect_region",
+__all__ = ["RegionPlan", "backward_free_inputs", "budgeted", "check_generated", "compiled_model", "expect_region",
            "generated_kernels", "handed_channels_last", "in_place_inputs", "kernel_local_buffers", "kernel_scratch",
            "model_of_nodes", "note_model", "origin_names", "outer_loop_local_buffers", "owned_copies", "owned_inputs",
            "region_of"]
@@ -312,6 +312,11 @@ def _planned_graph(session: Session | None, graph_name: str) -> tuple[RegionPlan
         return None
     plan = session.region_plan(region[0])
     return None if plan is None else (plan, region[1])
+
+
+def budgeted(session: Session | None, graph_name: str) -> bool:
+    """Whether ``graph_name`` is the forward or backward of a region compiled under a memory budget."""
+    return _planned_graph(session, graph_name) is not None
 
 
 def check_generated(session: Session | None, graph_name: str, code: GeneratedCode) -> None:

@@ -30,12 +30,12 @@ from typing import Sequence
 from ..budget.allocation_model import AllocationModel
 from ..budget.allocation_search import lower_allocated_peak
 from ..graph import Graph
-from ..schedulers import REFINING_METHODS, ReorderResult, reorder_for_peak_memory
+from ..schedulers import QUICK_METHODS, ReorderResult, reorder_for_peak_memory
 from ..schedulers.across_sizes import inductor_reference, peaks_at_points
 from ..timeline import estimate_peak_memory
 from .adapter import freed_tangents, fx_graph_cache_hits, graph_being_compiled, graph_from_scheduler
 from .capture import write_capture
-from .compiled_budget import model_of_nodes, note_model, owned_copies
+from .compiled_budget import budgeted, model_of_nodes, note_model, owned_copies
 from .figures import INDUCTOR_METHODS, inductor_figures
 from .releases import hook_base
 from .session import FallbackRecord, HookOptions, OrderRecord, Session, SessionBound, source_hash
@@ -124,15 +124,19 @@ class ReorderPass(hook_base("CustomSchedulerPass"), SessionBound):
     def _reorder(self, nodes: list, name: str, session: Session | None) -> tuple[OrderRecord, list[int]]:
         """The record and the order kept: among our methods' orders, as a real step runs them (tangents freed),
         and in a budgeted region's graph by what its generated code will allocate
-        (:func:`~reorder.inductor.compiled_budget.model_of_nodes`, :func:`choose_order`)."""
+        (:func:`~reorder.inductor.compiled_budget.model_of_nodes`, :func:`choose_order`). A budgeted region's
+        graphs are ordered with :data:`~reorder.schedulers.QUICK_METHODS` unless ``options.methods`` names
+        methods."""
         options = self.options
         t0 = time.perf_counter()
         graph, state = graph_from_scheduler(nodes, name)
         convert_seconds = time.perf_counter() - t0
         figures = inductor_figures(graph, nodes, state) if options.compare or options.capture_dir else None
         candidates = {f"inductor_{m}": figures["orders"][m] for m in INDUCTOR_METHODS} if figures else None
-        result = reorder_for_peak_memory(graph, options.methods, candidates=candidates,
-                                         max_seconds=options.max_seconds)
+        methods = options.methods
+        if methods is None and budgeted(session, name):
+            methods = QUICK_METHODS
+        result = reorder_for_peak_memory(graph, methods, candidates=candidates, max_seconds=options.max_seconds)
         incoming = estimate_peak_memory(graph)
         choice, real_graph = None, graph
         owned = owned_copies(session, name, state.graph_inputs)
@@ -221,7 +225,7 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, options
     that reads it last holds it longest. Our methods run again on
     ``real_graph`` (when it differs), from every order found so far (with
     ``options.methods`` and ``options.max_seconds``, as ``result``; by
-    default :data:`~reorder.schedulers.REFINING_METHODS`). Among
+    default :data:`~reorder.schedulers.QUICK_METHODS`). Among
     the orders whose estimate in Inductor's model is no higher than stock's
     choice (the first lowest of the incoming order and Inductor's three
     methods), never worse than stock in either model, the order kept is the
@@ -255,7 +259,7 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, options
     """
     orders = {}
     if real_graph is not graph:
-        methods = REFINING_METHODS if options.methods is None else options.methods
+        methods = QUICK_METHODS if options.methods is None else options.methods
         real_result = reorder_for_peak_memory(real_graph, methods, candidates=result.orders,
                                               max_seconds=options.max_seconds)
         orders = {f"tangents_freed_{m}": o for m, o in real_result.orders.items()}

@@ -82,7 +82,9 @@ class HookOptions:
     """Everything :func:`~reorder.inductor.use` and :func:`~reorder.inductor.install` take, checked once.
 
     methods: our ordering methods or specs (``"exact:max_states=10000"``);
-        None runs :data:`~reorder.schedulers.DEFAULT_METHODS`.
+        None runs :data:`~reorder.schedulers.DEFAULT_METHODS`, and on the graphs
+        of a region compiled under a ``memory_budget`` (where the exact search
+        gives up on the recomputing backward) :data:`~reorder.schedulers.QUICK_METHODS`.
     keep_inductor_pass: leave Inductor's own ``reorder_for_peak_memory`` on
         (it then runs after ours, from our order).
     compare: also run Inductor's three methods on the real nodes; their peaks
