@@ -591,7 +591,7 @@ def test_three_budgets_lower_the_real_peak_with_the_same_numbers(name):
             assert abs(record.compiled_peak / peak - 1) < 0.02, (peak, record)
         else:
             assert record.compiled_peak < peak, (peak, record.compiled_peak, record.peak)
-        assert record.feasible == (max(record.peak, record.compiled_peak) <= record.budget_bytes)
+        assert record.feasible == (record.compiled_peak <= record.budget_bytes)  # the compiled graphs decide
         for ours, stock in zip(first, full, strict=True):
             assert_close_to_eager(ours, stock, f"{name} at {budget}")  # other kernels: equal up to rounding
         peaks.append(peak)

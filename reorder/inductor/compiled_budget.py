@@ -401,8 +401,14 @@ def owned_copies(session: Session | None, graph_name: str, graph_inputs: Iterabl
 
 def amend(session: Session, plan: RegionPlan) -> None:
     """The region's record with its compiled peak (its two graphs' peaks beside what earlier regions, its other
-    calls and eager code hold) and a verdict that holds only if that fits too; a WARNING where the plan met the
-    budget and the compiled graphs do not."""
+    calls and eager code hold) and the verdict of that peak; a WARNING where the plan met the budget and the
+    compiled graphs do not.
+
+    The compiled peak decides both ways: it reads the code that runs, where the plan's estimate models it. On
+    the whole-compiled benchmark rows it equals the measured step to the byte, and where the plan's estimate
+    sits above it (a recomputing backward whose generated code writes in place and reuses storage the
+    estimate counts apart), the step measures what the compiled peak says: with ``dynamic=True`` at 0.85, a
+    plan of 19.14 MB, compiled graphs and step of 17.83 MB, under the budget of 18.29 MB."""
     record = plan.record
 
     def total(peaks: dict[str, int]) -> int:
@@ -411,7 +417,7 @@ def amend(session: Session, plan: RegionPlan) -> None:
     compiled = total(plan.peaks)
     modelled = total(plan.modelled) if len(plan.modelled) == 2 else None
     amended = dataclasses.replace(record, compiled_peak=compiled, modelled_peak=modelled,
-                                  feasible=record.peak <= record.budget_bytes and compiled <= record.budget_bytes)
+                                  feasible=compiled <= record.budget_bytes)
     session.replace(record, amended)
     plan.record = amended
     if record.feasible and not amended.feasible:
