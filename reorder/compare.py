@@ -126,15 +126,20 @@ class Variant:
             yield None if self.hook is None else stack.enter_context(inductor.use(**self.hook))
 
 
-def budget_value(text: str, spec: str) -> int | float:
-    """``budget:``'s value: a fraction in (0, 1] without a unit, bytes (an int) with one."""
+def _number_and_unit(text: str) -> tuple[float | None, str]:
+    """``12MB`` as ``(12.0, "MB")``, ``0.5`` as ``(0.5, "")``; None for a number that does not parse. The unit is
+    upper-cased and not checked against :data:`UNITS`."""
     text = text.strip()
     number = text.rstrip("BbKkMmGgIi")
-    unit = text[len(number):].upper()
     try:
-        value = float(number)
+        return float(number), text[len(number):].upper()
     except ValueError:
-        value = None
+        return None, text[len(number):].upper()
+
+
+def budget_value(text: str, spec: str) -> int | float:
+    """``budget:``'s value: a fraction in (0, 1] without a unit, bytes (an int) with one."""
+    value, unit = _number_and_unit(text)
     if value is None or (unit and unit not in UNITS):
         raise ReorderError(f"variant {spec!r}: a budget is a fraction of stock's estimated step peak in (0, 1], or "
                            f"bytes with a unit ({', '.join(u.replace('I', 'i') for u in UNITS)})")
@@ -151,16 +156,10 @@ def budget_value(text: str, spec: str) -> int | float:
 def held_value(text: str, spec: str) -> int | tuple[int, int, int]:
     """``+held=``'s value: bytes (a unit optional) for all three phases, or three separated by ``/``."""
     key, _, value = text.partition("=")
-    parts = value.split("/")
     amounts = []
-    for part in parts:
-        part = part.strip()
-        number = part.rstrip("BbKkMmGgIi")
-        unit = part[len(number):].upper() or "B"
-        try:
-            amount = float(number) * UNITS[unit]
-        except (ValueError, KeyError):
-            amount = -1.0
+    for part in value.split("/"):
+        number, unit = _number_and_unit(part)
+        amount = -1.0 if number is None or (unit or "B") not in UNITS else number * UNITS[unit or "B"]
         if amount < 0 or amount != int(amount):
             amounts = None
             break

@@ -347,12 +347,11 @@ def measure(fn: Callable[[], Any], device: torch.device | str | None = None) -> 
     if optimizer:
         phases["optimizer"] = region("optimizer", optimizer[0][0], max(e for _, e, _ in optimizer))
     call_ranges = _ranges(events, lambda n: n.startswith("## Call CompiledFxGraph"))
-    in_backward = [(s, e) for s, e, _ in backward]
-    calls = tuple(region(name.strip("# ").removeprefix("Call ")
-                         + (" (backward)" if any(b <= s <= f for b, f in in_backward) else ""), s, e)
-                  for s, e, name in call_ranges)
+    in_backward = [any(b <= s <= f for b, f, _ in backward) for s, _, _ in call_ranges]
+    calls = tuple(region(name.strip("# ").removeprefix("Call ") + (" (backward)" if during else ""), s, e)
+                  for (s, e, name), during in zip(call_ranges, in_backward))
     composition = peak_composition(paired, peak_time, [(s, e) for s, e, _ in call_ranges],
                                    backward[0][0] if backward else None)
-    outside = outside_held(paired, [(s, e, any(b <= s <= f for b, f in in_backward)) for s, e, _ in call_ranges])
+    outside = outside_held(paired, [(s, e, during) for (s, e, _), during in zip(call_ranges, in_backward)])
     return MemoryMeasurement(str(device), peak, current, allocations, frees, tuple(curve), phases, held, calls, cuda,
                              composition, outside)

@@ -13,8 +13,8 @@ so the first step compiles everything. The result file holds: the compile second
 a steady step's, and Dynamo's own count), the real peak of one step measured by :func:`reorder.measure.measure`
 (the hook's session's :meth:`~reorder.inductor.Session.measure_step` for our variants, which puts the meter's
 verdict in the records; the dynamic row: one step per sequence length, the verdict at the first, the sizes it
-compiled at; with what eager code held in each phase, ``outside_by_phase``), the median of ``--rounds`` steady steps, and the records. ``--tensors``: the first step's loss and
-gradients are saved there (``torch.save``, read back with ``weights_only=True``) for the runner's accuracy check.
+compiled at; with what eager code held in each phase, ``outside_by_phase``), the median of ``--rounds`` steady
+steps, and the records. ``--tensors``: the first step's loss and gradients are saved there (``torch.save``, read back with ``weights_only=True``) for the runner's accuracy check.
 
 The ``fsdp`` row runs as rank 0 of two: this process starts rank 1 (the same command with ``--rank 1``) and both
 join a gloo group on loopback; each rank shards every decoder layer and the root with ``fully_shard`` and

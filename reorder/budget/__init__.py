@@ -24,6 +24,6 @@ from .segments import segment_boundaries
 from .step_graph import StepGraph, StepNodeSpec, build_step_graph
 from .step_peak import Held, StepPeak, step_peak
 
-__all__ = ["AllocationModel", "Candidate", "Choice", "Frontier", "Held", "Partition", "StepGraph", "StepNodeSpec", "StepPeak",
-           "build_step_graph", "candidate_of", "cheapest_partition", "frontier", "min_cut_source_side", "partition_of",
+__all__ = ["AllocationModel", "Candidate", "Choice", "Frontier", "Held", "Partition", "StepGraph", "StepNodeSpec",
+           "StepPeak", "build_step_graph", "candidate_of", "cheapest_partition", "frontier", "min_cut_source_side", "partition_of",
            "segment_boundaries", "step_peak"]

@@ -177,8 +177,8 @@ def frontier(graph: StepGraph, stock: Candidate, prices: Sequence[Fraction | Non
     """Stock's candidate (:func:`candidate_of` the values Inductor saves, estimated with the same ``methods``,
     ``held`` and ``scaled``) and the frontier of the other candidates; ``held``: what the step holds beside the
     region (earlier regions, its other calls, eager code: :class:`~reorder.budget.step_peak.Held`); ``offered``:
-    more saved sets by name (one that is not a valid partition is left out); ``resolution``: the least drop in level, below
-    every cheaper point, as a fraction of stock's estimate; ``scaled``: the same graph at larger sizes, each
+    more saved sets by name (one that is not a valid partition is left out); ``resolution``: the least drop in
+    level, below every cheaper point, as a fraction of stock's estimate; ``scaled``: the same graph at larger sizes, each
     candidate's level then counting its estimate there (see the module docstring)."""
     seen = {stock.partition.saved}
     candidates = []

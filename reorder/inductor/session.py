@@ -447,8 +447,8 @@ class PartitionRecord(_Record):
     compiled from the partition, once our pass has ordered the region's
     backward (:mod:`~reorder.inductor.compiled_budget`; None before that, or
     where the FX graph cache served the graphs); ``feasible`` is then
-    ``compiled_peak <= budget_bytes``, whatever the plan's estimate said. ``modelled_peak``: the same peak as
-    the model of the generated code promised for the orders our pass kept,
+    ``compiled_peak <= budget_bytes``, whatever the plan's estimate said.
+    ``modelled_peak``: the same peak as the model of the generated code promised for the orders our pass kept,
     before that code existed
     (:class:`~reorder.budget.allocation_model.AllocationModel`): how far the
     model is from what the code does. ``measured_peak``: the real peak of a

@@ -23,7 +23,8 @@ from ..timeline import estimate_peak_memory, lower_bound
 from .across_sizes import choose_across_sizes, inductor_reference
 from .base import METHODS, Method, MethodOutcome
 
-__all__ = ["DEFAULT_METHODS", "QUICK_METHODS", "ReorderResult", "reorder_for_peak_memory", "make_method", "split_methods"]
+__all__ = ["DEFAULT_METHODS", "QUICK_METHODS", "ReorderResult", "reorder_for_peak_memory", "make_method",
+           "split_methods"]
 
 log = logging.getLogger("reorder")
 
@@ -39,7 +40,7 @@ DEFAULT_METHODS: tuple[str, ...] = ("lpmf", "bfs", "dfs", "refine", "exact")
 #: fusion). On the recomputing backwards of a budget (about 190 nodes), the search gives up at 50,000 sets with
 #: nothing lower than it had at 10,000, and each pass of those 40,000 sets took 1.5 s of the compile; every
 #: graph of a budget it finishes on, it finishes within 10,000 (the most: 5,855).
-QUICK_METHODS: tuple[str, ...] = ("lpmf", "bfs", "dfs", "refine", "exact:max_states=10000")
+QUICK_METHODS: tuple[str, ...] = tuple("exact:max_states=10000" if m == "exact" else m for m in DEFAULT_METHODS)
 
 
 @dataclass(frozen=True)
