@@ -174,8 +174,9 @@ def test_budget_fractions_run_from_one_to_the_lowest_point_of_the_regions_that_h
     assert fractions_for([region(1000, 600), region(1000, None)]) == [1.0, 0.9, 0.8, 0.7, 0.6]  # a loss alone
     assert fractions_for([region(1000, 600), region(1000, 800)], points=3) == [1.0, 0.9, 0.8]
     assert fractions_for([region(1000, None)]) == [1.0]
-    kinds = [(kind, f) for kind, f, _ in variants_for([1.0, 0.8])]
-    assert kinds == [("stock", None), ("ours", 1.0), ("ours", 0.8), ("inductor", 0.8)]
+    kinds = [(kind, f) for kind, f, _ in variants_for([1.0, 0.85, 0.8])]
+    assert kinds == [("stock", None), ("ours", 1.0), ("ours", 0.85), ("ours", 0.8), ("inductor", 0.9),
+                     ("inductor", 0.85), ("inductor", 0.8), *(("inductor", f / 10) for f in range(7, -1, -1))]
 
 
 def test_budget_checks_of_a_known_row():

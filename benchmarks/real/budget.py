@@ -9,7 +9,9 @@ For each training row of the real-model benchmark (bench size), in one process:
 * **ours**: ``reorder.inductor.use(memory_budget=f)`` at ``--points`` fractions ``f`` of stock's estimated step
   peak, evenly spaced from 1.0 down to the smallest one our frontier reaches (read from the records of a compile
   under :data:`EXPLORE`, below every point: at 1.0 no partition but stock's is built);
-* **Inductor's** ``torch._functorch.config.activation_memory_budget`` at the same fractions (its 1.0 is stock).
+* **Inductor's** ``torch._functorch.config.activation_memory_budget`` at the same fractions (its 1.0 is stock)
+  and at every fraction of :data:`INDUCTOR_GRID`, 0.9 down to 0.0: a user who asks Inductor for less than our
+  lowest estimate gets its lowest partition, which our lowest point is compared with.
 
 Every variant compiles a fresh copy of the same seeded model, with an Inductor backend of its own (so that
 dynamo never runs one variant's code for another, :meth:`benchmarks.variants.Variant.compile`), and runs its
@@ -60,11 +62,14 @@ from .models import BATCH, MODELS, build, parameter_bytes
 from .tables import RESULTS, release_folder
 from .run import as_accurate, difference, float64_reference, step_function, tensors, unique_graphs
 
-__all__ = ["fractions_for", "main", "refresh_records", "run_row", "variants_for"]
+__all__ = ["INDUCTOR_GRID", "fractions_for", "main", "refresh_records", "run_row", "variants_for"]
 
 #: Fractions tried per row, rounds of alternating steps for the medians.
 POINTS = 5
 ROUNDS = 21
+
+#: The fractions Inductor's budget runs at besides ours: what a user of ``activation_memory_budget`` would try.
+INDUCTOR_GRID = tuple(round(0.1 * k, 1) for k in range(9, -1, -1))
 
 #: The fraction of the compile whose records give the row's frontier: below every partition's estimate, so the
 #: partitioner builds them all (at 1.0 it keeps stock's and builds none).
@@ -98,10 +103,12 @@ def fractions_for(records, points: int = POINTS) -> list[float]:
 
 
 def variants_for(fractions: list[float]) -> list[tuple[str, float | None, Variant]]:
-    """``(kind, fraction, variant)`` of a row: stock, ours at each fraction, Inductor's below 1.0."""
+    """``(kind, fraction, variant)`` of a row: stock, ours at each fraction, Inductor's at each of ours below 1.0
+    and at each of :data:`INDUCTOR_GRID` (fractions falling)."""
     made = [("stock", None, STOCK)]
     made += [("ours", f, ours(f)) for f in fractions]
-    made += [("inductor", f, inductors(f)) for f in fractions if f < 1.0]
+    theirs = sorted({f for f in fractions if f < 1.0} | set(INDUCTOR_GRID), reverse=True)
+    made += [("inductor", f, inductors(f)) for f in theirs]
     return made
 
 
