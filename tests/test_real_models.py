@@ -199,6 +199,28 @@ def test_budget_checks_of_a_known_row():
     assert budget_row(cached).monotone
 
 
+def test_inductors_budget_on_its_own_grid_is_set_beside_ours():
+    """A row whose Inductor points cover 0.9, 0.8, ..., 0.0 says so; our lowest is compared with the lowest of all
+    of Inductor's points, and each of Inductor's fractions gets a line of the row's table, ours left empty where
+    we did not run."""
+    from benchmarks.real.budget_report import INDUCTOR_GRID, _detail, budget_row
+
+    cached = budget_cached("ViTForImageClassification")
+    row = budget_row(cached)
+    assert not row.on_the_grid and row.lowest_not_above_inductors
+    theirs = next(v for v in cached["variants"].values() if v["kind"] == "inductor")
+    for f in INDUCTOR_GRID:
+        cached["variants"][f"inductor {f:g}"] = {**theirs, "fraction": f}
+    row = budget_row(cached)
+    assert row.on_the_grid and row.lowest_not_above_inductors
+    lines = _detail(row)
+    assert "| 0 |  |  |  |  |  |  | " in next(line for line in lines if line.startswith("| 0 |"))
+    assert len([line for line in lines if line.startswith("| 0.")]) == len({*INDUCTOR_GRID, 0.887, 0.774, 0.66,
+                                                                               0.547} - {0.0})
+    cached["variants"]["inductor 0"]["real_peak"] = row.lowest.real_peak - 1
+    assert budget_row(cached).lowest_not_above_inductors is False
+
+
 def test_a_step_of_two_regions_is_judged_by_the_region_where_its_estimate_peaks():
     """GPT-2's step is compiled in two regions: the model (387 nodes) and the loss (45 nodes), which runs while
     the model's saved values are held (``held_before``) and peaks higher. The step's budget and estimate are the

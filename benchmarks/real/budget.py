@@ -57,19 +57,16 @@ from reorder.inductor.session import PartitionRecord
 from reorder.measure import measure
 
 from ..variants import Variant, functorch, hooked, load_records, records_json
-from .budget_report import BUDGETS, cuda_table
+from .budget_report import BUDGETS, INDUCTOR_GRID, cuda_table
 from .models import BATCH, MODELS, build, parameter_bytes
 from .tables import RESULTS, release_folder
 from .run import as_accurate, difference, float64_reference, step_function, tensors, unique_graphs
 
-__all__ = ["INDUCTOR_GRID", "fractions_for", "main", "refresh_records", "run_row", "variants_for"]
+__all__ = ["fractions_for", "main", "refresh_records", "run_row", "variants_for"]
 
 #: Fractions tried per row, rounds of alternating steps for the medians.
 POINTS = 5
 ROUNDS = 21
-
-#: The fractions Inductor's budget runs at besides ours: what a user of ``activation_memory_budget`` would try.
-INDUCTOR_GRID = tuple(round(0.1 * k, 1) for k in range(9, -1, -1))
 
 #: The fraction of the compile whose records give the row's frontier: below every partition's estimate, so the
 #: partitioner builds them all (at 1.0 it keeps stock's and builds none).

@@ -35,10 +35,14 @@ from reorder.inductor.session import PartitionRecord
 from ..variants import load_records
 from .tables import RESULTS, Column, cached_rows, details_with_plots, left, markdown, megabytes
 
-__all__ = ["BudgetRow", "budget_row", "budget_rows", "budget_section", "cuda_table", "inductor_table", "plot_budget",
+__all__ = ["INDUCTOR_GRID", "BudgetRow", "budget_row", "budget_rows", "budget_section", "cuda_table", "inductor_table", "plot_budget",
            "step_figures"]
 
 BUDGETS = RESULTS / "budget"
+
+#: The fractions Inductor's budget runs at besides ours (:func:`benchmarks.real.budget.variants_for`): what a user
+#: of ``activation_memory_budget`` would try.
+INDUCTOR_GRID = tuple(round(0.1 * k, 1) for k in range(9, -1, -1))
 
 #: Real-peak noise allowed by the monotone check; slack of a feasible budget; step-time slack of dominance.
 NOISE, OVER_BUDGET, SLOWER = 0.005, 0.02, 0.05
@@ -111,6 +115,18 @@ class BudgetRow:
     @property
     def lowest(self) -> Point:
         return min(self.ours, key=lambda p: p.real_peak)
+
+    @property
+    def on_the_grid(self) -> bool:
+        """Inductor's budget ran at every fraction of :data:`INDUCTOR_GRID`, not only at ours (rows measured
+        before the grid was added have ours only)."""
+        return set(INDUCTOR_GRID) <= {p.fraction for p in self.inductor}
+
+    @property
+    def lowest_not_above_inductors(self) -> bool | None:
+        """Our lowest real peak at or below the lowest of Inductor's points; None without Inductor's points."""
+        theirs = min((p.real_peak for p in self.inductor), default=None)
+        return None if theirs is None else self.lowest.real_peak <= theirs
 
     @property
     def saving(self) -> float:
@@ -233,6 +249,9 @@ SUMMARY = (left("model", lambda r: r.model), Column("stock MB", lambda r: r.stoc
            Column("below stock", lambda r: r.saving, lambda x: f"{x:.1%}"),
            Column("at fraction", lambda r: r.lowest.fraction, lambda f: f"{f:g}"),
            Column("Inductor's lowest MB", lambda r: min((p.real_peak for p in r.inductor), default=None), megabytes),
+           Column("Inductor's fractions", lambda r: r.on_the_grid, lambda f: "ours, 0.9 … 0.0" if f else "ours"),
+           Column("ours lowest <= Inductor's", lambda r: r.lowest_not_above_inductors,
+                  lambda f: "" if f is None else _yes(f)),
            Column("monotone", lambda r: r.monotone, _yes), Column("within budget", lambda r: r.within_budget, _yes),
            Column("verdicts agree", lambda r: r.verdicts_agree, _yes),
            Column("1.0 <= stock", lambda r: r.full_not_above_stock, _yes),
@@ -249,7 +268,9 @@ SUMMARY = (left("model", lambda r: r.model), Column("stock MB", lambda r: r.stoc
 
 
 def _detail(row: BudgetRow) -> list[str]:
-    """One model's table: per fraction, ours (budget, estimate, feasible, real peak, step) beside Inductor's."""
+    """One model's table: per fraction, ours (budget, estimate, feasible, real peak, step) beside Inductor's, and the
+    point of ours that dominates Inductor's there; a fraction only one side ran at leaves the other's cells empty."""
+    mine = {p.fraction: p for p in row.ours}
     theirs = {p.fraction: p for p in row.inductor}
     lines = [f"**{row.model}**: stock {megabytes(row.stock.real_peak)} MB, {_ms(row.stock.step_seconds)} ms per step"
              + (f" ({row.compiles_after_context} compiles after the variants' first two steps: their timings "
@@ -257,14 +278,16 @@ def _detail(row: BudgetRow) -> list[str]:
              "| fraction | budget MB | ours est. MB | compiled est. MB | met | ours real MB | ours ms | Inductor real MB "
              "| Inductor ms | our point at or below it (time against Inductor's) |",
              "|---:|---:|---:|---:|---|---:|---:|---:|---:|---|"]
-    for p in row.ours:
-        other = theirs.get(p.fraction)
-        winner = row.dominating(other) if other else None
-        lines.append(f"| {p.fraction:g} | {megabytes(p.budget_bytes)} | {megabytes(p.estimate)} | {megabytes(p.compiled_estimate)} | "
-                     f"{'' if p.feasible is None else ('yes' if p.feasible else 'no')} | {megabytes(p.real_peak)} | "
-                     f"{_ms(p.step_seconds)} | {megabytes(other.real_peak) if other else ''} | "
-                     f"{_ms(other.step_seconds) if other else ''} | "
-                     f"{_against(winner, other)} |")
+    for fraction in sorted(mine.keys() | theirs.keys(), reverse=True):
+        p, other = mine.get(fraction), theirs.get(fraction)
+        ours = ["", "", "", "", "", ""] if p is None else [
+            megabytes(p.budget_bytes), megabytes(p.estimate), megabytes(p.compiled_estimate),
+            "" if p.feasible is None else ("yes" if p.feasible else "no"), megabytes(p.real_peak),
+            _ms(p.step_seconds)]
+        cells = [f"{fraction:g}", *ours, megabytes(other.real_peak) if other else "",
+                 _ms(other.step_seconds) if other else "",
+                 _against(row.dominating(other) if other else None, other)]
+        lines.append("| " + " | ".join(cells) + " |")
     return lines + [""]
 
 
@@ -316,8 +339,8 @@ def inductor_table(folder: Path = BUDGETS) -> list[str]:
     rows = budget_rows(folder)
     return ["Measured with `python -m benchmarks.real.budget` (docs/real-models.md has each row's fractions, "
             "step times and a plot): the training step of every bench-size row, real peaks from the allocator's "
-            "events, ours and Inductor's `activation_memory_budget` at the same fractions, side by side in one "
-            "process.", "", *markdown(SUMMARY, rows)] if rows else []
+            "events, ours and Inductor's `activation_memory_budget` at the same fractions (and, on the rows whose "
+            "`Inductor's fractions` say so, Inductor's at 0.9, 0.8, …, 0.0 as well), side by side in one process.", "", *markdown(SUMMARY, rows)] if rows else []
 
 
 def _allocator(v: dict, key: str) -> int | None:
@@ -370,7 +393,9 @@ def budget_section(folder: Path = BUDGETS) -> list[str]:
     lines = ["## A memory budget for the training step", "",
              "Generated by `python -m benchmarks.real.budget` (bench size, CPU, one process per model). Ours: "
              "`reorder.inductor.use(memory_budget=f)`; Inductor's: `torch._functorch.config.activation_memory_budget"
-             " = f`; the fractions go from 1.0 down to the lowest estimate our partitioner reaches. Peaks are real "
+             " = f`; our fractions go from 1.0 down to the lowest estimate our partitioner reaches, and Inductor's budget "
+             "runs at the same ones and, on the rows whose `Inductor's fractions` say so, at 0.9, 0.8, …, 0.0 too "
+             "(`ours lowest <= Inductor's`: our lowest real peak at or below the lowest of all of Inductor's). Peaks are real "
              "(one step measured by `reorder.measure`), step times the median over alternating rounds in the same "
              "process (each round calls every variant once). `monotone`: our real peak never rises as the budget "
              "falls (0.5% noise allowed); `verdicts agree`: `within budget`, and every budget our records call not "
