@@ -53,9 +53,41 @@ def test_the_section_shows_every_variant_and_the_failures(tmp_path):
     (tmp_path / "whole.json").write_text(json.dumps(ROW))
     lines = wild_section(tmp_path)
     summary = next(line for line in lines if line.startswith("| whole |"))
-    assert summary.split(" | ")[1:8] == ["0.00", "0.00", "0.00 (0.1)", "45.0%", "0.00 (0.1)", "**1/2**", "yes"]
-    assert "| inductor-budget:0 | failed: the run failed: boom | | | | | | |" in lines
+    assert summary.split(" | ")[1:9] == ["0.00", "0.00", "0.00 (0.1)", "45.0%", "0.00 (0.1)", "own processes",
+                                         "**1/2**", "yes"]
+    assert "| inductor-budget:0 | failed: the run failed: boom | | | | | | | |" in lines
     assert any(line.startswith("| inductor-budget:0.1 |") and line.endswith("| **none** |") for line in lines)
+
+
+def test_the_alternations_step_times_decide_which_points_match():
+    """Where the row was timed side by side, the median over rounds of two variants' ratio decides: our 0.1 point
+    runs within 5% of Inductor's 0.1 (its own process was 18% slower): matched; our 0.5 point is 10% slower than
+    Inductor's 0.5 there (its own process was 4% slower): not matched, and 0.1 is 6% slower than it. A variant
+    whose real peak in the alternation is not its own process's is counted out of `same peak alternated`."""
+    rounds = {"stock": [0.10, 0.10, 0.10], "budget:1": [0.10, 0.10, 0.10], "budget:0.5": [0.110, 0.110, 0.100],
+              "budget:0.1": [0.106, 0.2, 0.110], "inductor-budget:0.5": [0.100, 0.100, 0.105],
+              "inductor-budget:0.1": [0.100, 0.2, 0.105]}
+    data = {**ROW, "alternated": {"rounds": 3, "variants": {
+        name: {"step_times": times, "real_peak": ROW["variants"][name]["real_peak"] + (name == "budget:1")}
+        for name, times in rounds.items()}}}
+    row = wild_row(data)
+    assert row.alternated and row.same_programs == (5, 6)
+    assert row.match(row.inductor[1]).name == "budget:0.1"
+    assert row.match(row.inductor[0]) is None
+    own = wild_row(ROW)  # by the processes' own medians, the other way round
+    assert own.match(own.inductor[0]).name == "budget:0.5" and own.match(own.inductor[1]) is None
+    lines = wild_section_of(data)
+    assert next(line for line in lines if line.startswith("| whole |")).split(" | ")[6:8] == ["alternated", "**1/2**"]
+    assert any(line.startswith("| budget:1 |") and "(its peak there 0.00)" in line for line in lines)
+
+
+def wild_section_of(data):
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / f"{data['row']}.json").write_text(json.dumps(data))
+        return wild_section(Path(tmp))
 
 
 @pytest.mark.slow
@@ -80,6 +112,28 @@ def test_the_fsdp_row_runs_both_ranks_under_a_budget_and_stops_them(tmp_path):
     assert leftover.stdout == b""
 
 
+@pytest.mark.slow
+def test_variants_timed_side_by_side_run_their_own_programs(tmp_path):
+    """Per-layer compiles of two variants in one process: every layer of every copy of the model has the same
+    code, and with one backend the budget's layers would run stock's compiled code. Each variant compiles with a
+    backend of its own, so the budget's real peak in the alternation is its fresh process's, below stock's."""
+    import subprocess
+
+    sizes = ["--row=per-layer", "--layers=2", "--hidden=64", "--seq=32", "--batch=2", "--vocab=256"]
+
+    def run(*argv):
+        out = tmp_path / "out.json"
+        ran = subprocess.run([sys.executable, "-m", "benchmarks.real.wild_step", *sizes, *argv, "--rounds=2",
+                              "--out", str(out)], capture_output=True, text=True, timeout=600)
+        assert ran.returncode == 0, ran.stderr[-2000:]
+        return json.loads(out.read_text())
+
+    alternated = run("--alternate=stock,budget:0.1")["variants"]
+    assert [len(v["step_times"]) for v in alternated.values()] == [2, 2]
+    assert alternated["budget:0.1"]["real_peak"] < alternated["stock"]["real_peak"]
+    assert alternated["budget:0.1"]["real_peak"] == run("--variant=budget:0.1")["real_peak"]
+
+
 def test_measuring_some_variants_again_keeps_the_rows_others(tmp_path, monkeypatch):
     """``--again --variants budget:0.4`` measures stock (the reference) and that variant anew; the row's other
     variants stay as cached (they were dropped, and the report lost Inductor's points)."""
@@ -100,6 +154,13 @@ def test_measuring_some_variants_again_keeps_the_rows_others(tmp_path, monkeypat
         return {"real_peak": 100 + len(ran), "peaks": [{"outside_by_phase": outside}]}, [torch.ones(1)]
 
     monkeypatch.setattr(wild, "run_variant", run_variant)
+    alternations = []
+
+    def alternate_row(row, variants, sizes, held_outside):
+        alternations.append((variants, held_outside))
+        return {"rounds": 1, "variants": {v: {"step_times": [0.1], "real_peak": 0} for v in variants}}
+
+    monkeypatch.setattr(wild, "alternate_row", alternate_row)
     sizes = ["--layers=2"]
     cached = {"row": "whole", "sizes": sizes, "variants": {"stock": {"real_peak": 1}, "budget:0.4": {"real_peak": 2},
                                                         "inductor-budget:0.5": {"real_peak": 3}}}
@@ -110,8 +171,13 @@ def test_measuring_some_variants_again_keeps_the_rows_others(tmp_path, monkeypat
     assert {name: v["real_peak"] for name, v in data["variants"].items()} == {
         "stock": 101, "budget:0.4": 102, "inductor-budget:0.5": 3}
     assert json.loads((tmp_path / "whole.json").read_text())["variants"]["inductor-budget:0.5"] == {"real_peak": 3}
+    # then every variant of the row, cached or new, is timed side by side, our budgets given stock's held bytes
+    assert alternations == [(["stock", "budget:0.4", "inductor-budget:0.5"], [0, 7, 5])]
     wild.measure_row("whole", ["budget:0.4"], sizes, again=False, progress=lambda text: None)
     assert ran == ["stock", "budget:0.4"]  # without --again, a cached variant is not measured
+    assert len(alternations) == 1  # nor the alternation, which has every variant
+    wild.measure_row("whole", ["budget:0.4"], sizes, again=False, progress=lambda text: None, alternate_again=True)
+    assert ran == ["stock", "budget:0.4"] and len(alternations) == 2
 
 
 def test_the_per_layer_rows_budget_every_layers_call_and_what_stocks_eager_code_held():

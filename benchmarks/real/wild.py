@@ -1,6 +1,7 @@
 """``python -m benchmarks.real.wild``: the memory budget where people train, each variant in a fresh process.
 
     python -m benchmarks.real.wild [--rows whole,per-layer,...] [--variants stock,budget:0.5,...] [--again]
+                                   [--alternate-again]
                                    [--report-only] [--layers 4] [--hidden 256] [--seq 128] [--batch 4]
 
 Each row (:data:`benchmarks.real.wild_step.ROWS`) is a Llama-style decoder's training step written one way
@@ -9,12 +10,16 @@ Face's gradient checkpointing, with ``dynamic=True`` at three sequence lengths, 
 Each variant (:data:`VARIANTS`: stock, ours at four fractions, Inductor's ``activation_memory_budget`` at 0.9,
 0.8, ..., 0.1 and 0.0) runs in a process of its own (:mod:`benchmarks.real.wild_step`) with Inductor's caches
 off: its compile seconds are a fresh process's, its real peak is one step's, measured by the allocator's
-events, and its step time the median of steady steps. The first step's loss and gradients are checked against
+events, and its step time the median of steady steps. Then every variant of the row is compiled again, side by
+side in one process, and timed in alternation (``wild_step --alternate``: ``--rounds`` rounds, each calling every
+variant once): those step times are the ones the report compares, since separate processes' step times of one
+program differ by up to 18% on a shared machine. The first step's loss and gradients are checked against
 stock's by PyTorch's accuracy rule (:func:`benchmarks.real.run.as_accurate`, a float64 eager run of the same
 step as the reference; the FSDP row, whose gradients are rank 0's shards, by the largest relative difference).
 
 Variants are cached one by one in ``benchmarks/real/results/wild/<row>.json`` (an interrupted run goes on where
-it stopped; ``--again`` measures every variant anew); the report's section and one plot per row come from the
+it stopped; ``--again`` measures every variant anew), the alternation under its ``alternated`` key (run again
+whenever a variant was measured anew, or with ``--alternate-again``); the report's section and one plot per row come from the
 cache (:mod:`benchmarks.real.wild_report`).
 """
 
@@ -45,8 +50,12 @@ OURS = (1.0, 0.7, 0.4, 0.1)
 INDUCTORS = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)
 VARIANTS = ("stock", *(f"budget:{f:g}" for f in OURS), *(f"inductor-budget:{f:g}" for f in INDUCTORS))
 
-#: Seconds a variant may run before it counts as failed (two ranks compile for the FSDP row).
-TIMEOUT = 1800
+#: Seconds a variant may run before it counts as failed (two ranks compile for the FSDP row), and the alternation
+#: of every variant of a row (all of them compile in it).
+TIMEOUT, ALTERNATION_TIMEOUT = 1800, 7200
+
+#: Rounds of the alternation.
+ROUNDS = 21
 
 
 def float64_reference(row: str, sizes: list[str]) -> list[torch.Tensor]:
@@ -58,6 +67,10 @@ def float64_reference(row: str, sizes: list[str]) -> list[torch.Tensor]:
     return [loss.detach(), *(p.grad for p in model.parameters() if p.grad is not None)]
 
 
+def _held_option(held_outside: list[int] | None) -> list[str]:
+    return [f"--held-outside={','.join(map(str, held_outside))}"] if held_outside else []
+
+
 def run_variant(row: str, variant: str, sizes: list[str], held_outside: list[int] | None = None
                 ) -> tuple[dict, list[torch.Tensor]]:
     """One variant of ``row`` in a fresh process: its result (or ``{"error": ...}``) and its first step's loss
@@ -65,9 +78,7 @@ def run_variant(row: str, variant: str, sizes: list[str], held_outside: list[int
     with tempfile.TemporaryDirectory() as tmp:
         out, saved = Path(tmp) / "result.json", Path(tmp) / "tensors.pt"
         command = [sys.executable, "-m", "benchmarks.real.wild_step", "--row", row, "--variant", variant,
-                   "--out", str(out), "--tensors", str(saved), *sizes]
-        if held_outside:
-            command.append(f"--held-outside={','.join(map(str, held_outside))}")
+                   "--out", str(out), "--tensors", str(saved), *sizes, *_held_option(held_outside)]
         t0 = time.perf_counter()
         try:
             ran = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
@@ -81,7 +92,32 @@ def run_variant(row: str, variant: str, sizes: list[str], held_outside: list[int
         return result, torch.load(saved, weights_only=True)
 
 
-def measure_row(row: str, variants: list[str], sizes: list[str], again: bool, progress) -> dict:
+def alternate_row(row: str, variants: list[str], sizes: list[str], held_outside: list[int] | None,
+                  rounds: int = ROUNDS) -> dict:
+    """Every variant of ``variants`` compiled in one fresh process and timed in alternation (``wild_step
+    --alternate``): its step times and real peak by variant, or ``{"error": ...}``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "times.json"
+        command = [sys.executable, "-m", "benchmarks.real.wild_step", "--row", row, "--alternate", ",".join(variants),
+                   f"--rounds={rounds}", "--out", str(out), *sizes, *_held_option(held_outside)]
+        try:
+            ran = subprocess.run(command, capture_output=True, text=True, timeout=ALTERNATION_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            return {"error": f"ran past {ALTERNATION_TIMEOUT} s"}
+        if ran.returncode != 0 or not out.exists():
+            lines = [line for line in ran.stderr.splitlines() if line.strip()]
+            return {"error": lines[-1] if lines else f"exit status {ran.returncode}"}
+        return json.loads(out.read_text())
+
+
+def _stocks_held_outside(stock: dict) -> list[int] | None:
+    """What eager code held beside the compiled graphs in stock's step at the first length, by phase."""
+    by_phase = (stock.get("peaks") or [{}])[0].get("outside_by_phase") or {}
+    return [by_phase[phase] for phase in OUTSIDE_PHASES] if by_phase else None
+
+
+def measure_row(row: str, variants: list[str], sizes: list[str], again: bool, progress,
+                alternate_again: bool = False) -> dict:
     """Every variant of ``variants`` not yet cached (all of them with ``again``), each cached as soon as it ran;
     the row's other cached variants are kept. Stock runs first whenever another variant does: its loss and
     gradients are what the others are checked against, and what its eager code held beside the compiled graphs
@@ -91,8 +127,24 @@ def measure_row(row: str, variants: list[str], sizes: list[str], again: bool, pr
     data = {"row": row, "description": ROWS[row], "sizes": sizes, "torch": torch.__version__,
             "variants": cached.get("variants", {}) if cached.get("sizes") == sizes else {}}
     missing = [v for v in variants if again or v not in data["variants"]]
-    if not missing:
-        return data
+    if missing:
+        _measure_variants(row, data, missing, sizes, progress)
+    ran = [v for v in data["variants"] if "error" not in data["variants"][v]]
+    alternated = cached.get("alternated") if cached.get("sizes") == sizes else None
+    if alternated:
+        data["alternated"] = alternated
+    if missing or alternate_again or not alternated or set(alternated.get("variants", ())) != set(ran):
+        progress(f"{row}: {len(ran)} variants side by side, in alternation ...")
+        t0 = time.perf_counter()
+        data["alternated"] = alternate_row(row, ran, sizes, _stocks_held_outside(data["variants"].get("stock", {})))
+        progress(f"    {data['alternated'].get('error', 'done')}, {time.perf_counter() - t0:.0f} s")
+        path.write_text(json.dumps(data) + "\n")
+    return data
+
+
+def _measure_variants(row: str, data: dict, missing: list[str], sizes: list[str], progress) -> None:
+    """Each of ``missing`` in a fresh process, stock first (see :func:`measure_row`), cached as soon as it ran."""
+    path = WILD / f"{row}.json"
     reference = None if row == "fsdp" else float64_reference(row, sizes)
     stock_tensors: list[torch.Tensor] = []
     held_outside = None
@@ -101,8 +153,7 @@ def measure_row(row: str, variants: list[str], sizes: list[str], again: bool, pr
         result, checked = run_variant(row, variant, sizes, held_outside)
         if variant == "stock":
             stock_tensors = checked
-            by_phase = result.get("peaks", [{}])[0].get("outside_by_phase") or {}
-            held_outside = [by_phase[phase] for phase in OUTSIDE_PHASES] if by_phase else None
+            held_outside = _stocks_held_outside(result)
         elif checked and stock_tensors:
             result["difference_to_stock"] = difference(checked, stock_tensors)
             accuracy = None if reference is None else as_accurate(checked, stock_tensors, reference)
@@ -113,7 +164,6 @@ def measure_row(row: str, variants: list[str], sizes: list[str], again: bool, pr
                  f"{result.get('process_seconds', 0):.0f} s")
         WILD.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(data) + "\n")
-    return data
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", help="comma-separated variants of reorder compare (default: stock, ours at "
                                       f"{', '.join(f'{f:g}' for f in OURS)}, Inductor's at 0.9 ... 0.0)")
     p.add_argument("--again", action="store_true", help="measure cached variants again")
+    p.add_argument("--alternate-again", action="store_true",
+                   help="time the row's variants in alternation again, even where nothing was measured anew")
     p.add_argument("--report-only", action="store_true", help="only rebuild the report from the cache")
     for name, default in SIZES.items():
         p.add_argument(f"--{name}", type=int, default=default)
@@ -141,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [f"--{name}={getattr(args, name)}" for name in SIZES]
     if not args.report_only:
         for row in rows:
-            measure_row(row, variants, sizes, args.again, lambda text: print(text, file=sys.stderr, flush=True))
+            measure_row(row, variants, sizes, args.again, lambda text: print(text, file=sys.stderr, flush=True),
+                        args.alternate_again)
     from .report import write_report
 
     write_report(RESULTS / "bench")

@@ -1,7 +1,8 @@
 """The report's "how people train" section, from the rows :mod:`benchmarks.real.wild` cached.
 
 Per row: stock's real peak, ours at 1.0 and at its lowest, Inductor's lowest, and the checks the section states
-(every Inductor point matched by one of ours at or below its real peak with a step at most 5% slower; our lowest
+(every Inductor point matched by one of ours at or below its real peak with a step at most 5% slower, by the
+step times of the row's alternation in one process where it ran; our lowest
 at or below Inductor's lowest; compile seconds in fresh processes against stock's; no fallback; verdicts that
 agree with the meter); one table line per variant and a plot per row (:func:`benchmarks.real.budget_report.
 plot_budget`).
@@ -12,6 +13,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+
+import statistics
 
 from .budget_report import OVER_BUDGET, SLOWER, Point, BudgetRow, plot_budget
 from .tables import RESULTS, Column, details_with_plots, left, markdown, megabytes
@@ -38,10 +41,25 @@ class WildPoint:
     peaks: tuple[tuple[int, int], ...]
     difference_to_stock: float | None
     as_accurate_as_stock: bool | None
+    alternated_times: tuple[float, ...] = ()
+    alternated_peak: int | None = None
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def seconds(self) -> float:
+        """The step time the report compares: the median of the row's alternation where the variant ran in it,
+        else its own process's median."""
+        return statistics.median(self.alternated_times) if self.alternated_times else self.step_seconds
+
+    def time_against(self, other: WildPoint) -> float:
+        """This step's time over ``other``'s: the median over the alternation's rounds of the two times in the
+        same round where both ran in it, else the ratio of their own processes' medians."""
+        if self.alternated_times and len(self.alternated_times) == len(other.alternated_times):
+            return statistics.median(a / b for a, b in zip(self.alternated_times, other.alternated_times))
+        return self.step_seconds / other.step_seconds
 
     @property
     def verdict_agrees(self) -> bool | None:
@@ -57,7 +75,7 @@ class WildPoint:
         return peak >= self.budget_bytes * (1 - OVER_BUDGET)
 
 
-def _variant(name: str, v: dict) -> WildPoint:
+def _variant(name: str, v: dict, alternated: dict | None = None) -> WildPoint:
     kind, fraction = ("stock", None) if name == "stock" else (
         ("inductor", float(name.split(":")[1])) if name.startswith("inductor-budget:") else
         ("ours", float(name.split(":")[1])))
@@ -68,7 +86,8 @@ def _variant(name: str, v: dict) -> WildPoint:
                    max((r["budget_bytes"] for r in partitions if r.get("budget_bytes")), default=None),
                    all(estimates) if estimates else None,
                    tuple((p["seq"], p["real_peak"]) for p in v.get("peaks", ())),
-                   v.get("difference_to_stock"), v.get("as_accurate_as_stock"))
+                   v.get("difference_to_stock"), v.get("as_accurate_as_stock"),
+                   tuple((alternated or {}).get("step_times", ())), (alternated or {}).get("real_peak"))
 
 
 @dataclass(frozen=True)
@@ -87,17 +106,30 @@ class WildRow:
 
     @property
     def lowest(self) -> WildPoint | None:
-        return min((v for v in self.ours if v.ok), key=lambda v: (v.real_peak, v.step_seconds), default=None)
+        return min((v for v in self.ours if v.ok), key=lambda v: (v.real_peak, v.seconds), default=None)
 
     @property
     def inductor_lowest(self) -> WildPoint | None:
-        return min((v for v in self.inductor if v.ok), key=lambda v: (v.real_peak, v.step_seconds), default=None)
+        return min((v for v in self.inductor if v.ok), key=lambda v: (v.real_peak, v.seconds), default=None)
 
     def match(self, theirs: WildPoint) -> WildPoint | None:
-        """Our point at or below ``theirs``'s real peak with a step at most 5% slower (the fastest such)."""
+        """Our point at or below ``theirs``'s real peak with a step at most 5% slower (:meth:`WildPoint.
+        time_against`), the fastest such against it."""
         return min((v for v in self.ours if v.ok and v.real_peak <= theirs.real_peak
-                    and v.step_seconds <= theirs.step_seconds * (1 + SLOWER)),
-                   key=lambda v: v.step_seconds, default=None)
+                    and v.time_against(theirs) <= 1 + SLOWER),
+                   key=lambda v: v.time_against(theirs), default=None)
+
+    @property
+    def alternated(self) -> bool:
+        """Every variant that ran was timed in the row's alternation."""
+        return all(v.alternated_times for v in self.ran)
+
+    @property
+    def same_programs(self) -> tuple[int, int]:
+        """Variants whose real peak in the alternation equals their own process's (the same program timed),
+        of those measured in both."""
+        both = [v for v in self.ran if v.alternated_peak is not None]
+        return sum(1 for v in both if v.alternated_peak == v.real_peak), len(both)
 
     @property
     def matched(self) -> tuple[int, int]:
@@ -128,7 +160,8 @@ class WildRow:
 
 
 def wild_row(data: dict) -> WildRow:
-    variants = [_variant(name, v) for name, v in data["variants"].items()]
+    alternated = (data.get("alternated") or {}).get("variants", {})
+    variants = [_variant(name, v, alternated.get(name)) for name, v in data["variants"].items()]
     by_fraction = lambda v: -v.fraction  # noqa: E731
     stock = next((v for v in variants if v.kind == "stock"), None) or _variant("stock", {"error": "not run"})
     return WildRow(data["row"], data["description"], stock,
@@ -158,26 +191,33 @@ SUMMARY = (left("row", lambda r: r.row), Column("stock MB", lambda r: r.stock.re
            Column("ours lowest MB (fraction)", lambda r: r.lowest, _point),
            Column("below stock", lambda r: r.saving, lambda x: "" if x is None else f"{x:.1%}"),
            Column("Inductor's lowest MB (fraction)", lambda r: r.inductor_lowest, _point),
+           Column("step times", lambda r: r.alternated, lambda f: "alternated" if f else "own processes"),
            Column("Inductor points matched", lambda r: r.matched, _ratio),
            Column("lowest <= Inductor's", lambda r: (r.lowest, r.inductor_lowest),
                   lambda p: "" if None in p else ("yes" if p[0].real_peak <= p[1].real_peak else "**no**")),
            Column("stock compile s", lambda r: r.stock.compile_seconds, lambda s: "" if s is None else f"{s:.1f}"),
            Column("ours' compile extra", lambda r: r.compile_extra, lambda x: "" if x is None else f"{x:+.0%}"),
            Column("fallbacks", lambda r: r.fallbacks, str),
-           Column("verdicts agree", lambda r: r.verdicts_agree, _ratio))
+           Column("verdicts agree", lambda r: r.verdicts_agree, _ratio),
+           Column("same peak alternated", lambda r: r.same_programs, lambda p: _ratio(p) if p[1] else ""))
 
 
 def _detail(row: WildRow) -> list[str]:
-    lines = [f"**{row.row}**: {row.description}.", "", "| variant | real peak MB | step ms | compile s | "
-             "estimate said | difference to stock | as accurate | matches |", "|---|---:|---:|---:|---|---:|---|---|"]
+    lines = [f"**{row.row}**: {row.description}.", "", "| variant | real peak MB | step ms, own process | step ms, "
+             "alternated | compile s | estimate said | difference to stock | as accurate | matches |",
+             "|---|---:|---:|---:|---:|---|---:|---|---|"]
     for v in (row.stock, *row.ours, *row.inductor):
         if not v.ok:
-            lines.append(f"| {v.name} | failed: {v.error} | | | | | | |")
+            lines.append(f"| {v.name} | failed: {v.error} | | | | | | | |")
             continue
         peaks = " / ".join(megabytes(p) for _, p in v.peaks) if len(v.peaks) > 1 else megabytes(v.real_peak)
         said = "" if v.estimate_said_met is None else ("met" if v.estimate_said_met else "not met")
         match = row.match(v) if v.kind == "inductor" else None
-        lines.append(f"| {v.name} | {peaks} | {v.step_seconds * 1e3:.1f} | {v.compile_seconds:.1f} | {said} | "
+        alternated = f"{v.seconds * 1e3:.1f}" if v.alternated_times else ""
+        if v.alternated_peak is not None and v.alternated_peak != v.real_peak:
+            alternated += f" (its peak there {megabytes(v.alternated_peak)})"
+        lines.append(f"| {v.name} | {peaks} | {v.step_seconds * 1e3:.1f} | {alternated} | {v.compile_seconds:.1f} | "
+                     f"{said} | "
                      f"{'' if v.difference_to_stock is None else f'{v.difference_to_stock:.1e}'} | "
                      f"{'' if v.as_accurate_as_stock is None else ('yes' if v.as_accurate_as_stock else '**no**')} | "
                      f"{'' if v.kind != 'inductor' else (match.name if match else '**none**')} |")
@@ -185,15 +225,17 @@ def _detail(row: WildRow) -> list[str]:
 
 
 def plot_wild(row: WildRow, path: Path) -> bool:
-    """The row's real peaks against step time (fresh processes), ours and Inductor's labelled by fraction."""
+    """The row's real peaks against step time (the alternation's where it ran), ours and Inductor's labelled by
+    fraction."""
     def point(v: WildPoint) -> Point:
-        return Point(v.name, v.kind, v.fraction, v.real_peak, v.step_seconds, v.difference_to_stock)
+        return Point(v.name, v.kind, v.fraction, v.real_peak, v.seconds, v.difference_to_stock)
 
     ok = lambda vs: tuple(point(v) for v in vs if v.ok)  # noqa: E731
     if not row.stock.ok:
         return False
     return plot_budget(BudgetRow(f"{row.row} decoder", point(row.stock), ok(row.ours), ok(row.inductor), 0), path,
-                       xlabel="median step time (ms), each variant in a fresh process")
+                       xlabel="median step time (ms), " + ("alternating in one process" if row.alternated else
+                                                            "each variant in a fresh process"))
 
 
 def wild_section(folder: Path = WILD) -> list[str]:
@@ -206,10 +248,14 @@ def wild_section(folder: Path = WILD) -> list[str]:
              f"Generated by `python -m benchmarks.real.wild` (a Llama-style decoder from its `transformers` config, "
              f"`{sizes}`, CPU). Each variant ran in a fresh process with Inductor's caches off: compile seconds are "
              "the first step's minus a steady step's, the real peak is one step's (the allocator's events; at each "
-             "sequence length for the dynamic row), step times the median of five steady steps. `Inductor points "
-             "matched`: for how many of Inductor's `activation_memory_budget` points one of ours has a real peak "
-             "at or below it with a step at most 5% slower (step times of separate processes: noisier than the "
-             "budget section's alternation); `verdicts agree`: our records' verdict from the compiled graphs' "
+             "sequence length for the dynamic row). Step times: where `step times` says alternated, every variant "
+             "of the row was compiled again side by side in one process and timed in 21 rounds that call each "
+             "once (`same peak alternated`: the variants whose real peak there equals their own process's, the same "
+             "program timed), and a step is compared with another by the median over rounds of the ratio of their "
+             "times; else the median of five steady steps of the variant's own process, which vary by up to 18% "
+             "between processes for one program. `Inductor points matched`: for how many of Inductor's "
+             "`activation_memory_budget` points one of ours has a real peak at or below it with a step at most 5% "
+             "slower; `verdicts agree`: our records' verdict from the compiled graphs' "
              "estimate, before anything ran, against the measured step (met: at most 2% above the budget; not met: "
              "at least 2% below it is a disagreement; the dynamic row's step at its first length, the sizes it "
              "was compiled for, which its budget is a fraction of stock's estimate at). Our budgets count the whole "

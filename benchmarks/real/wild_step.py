@@ -3,6 +3,7 @@
 
     python -m benchmarks.real.wild_step --row ROW --variant SPEC --out RESULT.json [--tensors FILE.pt]
                                         [--held-outside F,M,B]
+    python -m benchmarks.real.wild_step --row ROW --alternate SPEC,SPEC,... --out TIMES.json [--rounds 21]
                                         [--layers 4] [--hidden 256] [--seq 128] [--batch 4] [--vocab 2048]
 
 A Llama-style decoder built from its ``transformers`` config (seeded random weights, nothing downloaded) trains
@@ -15,6 +16,9 @@ a steady step's, and Dynamo's own count), the real peak of one step measured by 
 verdict in the records; the dynamic row: one step per sequence length, the verdict at the first, the sizes it
 compiled at; with what eager code held in each phase, ``outside_by_phase``), the median of ``--rounds`` steady
 steps, and the records. ``--tensors``: the first step's loss and gradients are saved there (``torch.save``, read back with ``weights_only=True``) for the runner's accuracy check.
+
+``--alternate``: the variants compiled side by side in this process and timed in alternation (:func:`alternate`),
+the step times the runner compares; their compiles and real peaks are the fresh processes'.
 
 The ``fsdp`` row runs as rank 0 of two: this process starts rank 1 (the same command with ``--rank 1``) and both
 join a gloo group on loopback; each rank shards every decoder layer and the root with ``fully_shard`` and
@@ -73,15 +77,17 @@ def token_batches(args) -> list[torch.Tensor]:
     return [torch.randint(args.vocab, (args.batch, n + 1), generator=generator) for n in lengths]
 
 
-def step_function(model, args, compiled: bool = True):
-    """``step(tokens) -> loss`` as the row writes it (compiled where the row compiles; nothing compiled with
-    ``compiled=False``, the float64 reference's step)."""
+def step_function(model, args, compiled: bool = True, backend="inductor"):
+    """``step(tokens) -> loss`` as the row writes it (compiled where the row compiles, with ``backend``; nothing
+    compiled with ``compiled=False``, the float64 reference's step)."""
+    import functools
+
     from torch.nn import functional as F
 
-    compile_ = torch.compile if compiled else (lambda fn, **_: fn)
+    compile_ = functools.partial(torch.compile, backend=backend) if compiled else (lambda fn, **_: fn)
     if args.row in ("per-layer", "fsdp"):
         for layer in model.model.layers if compiled else ():
-            layer.compile()
+            layer.compile(backend=backend)
         return lambda tokens: model(input_ids=tokens[:, :-1], labels=tokens[:, :-1]).loss
     if args.row == "eager-loss":
         compiled_model = compile_(model)
@@ -122,7 +128,8 @@ def _start_peer(args, port: int) -> subprocess.Popen:
     sizes = [f"--{name}={getattr(args, name)}" for name in (*SIZES, "rounds", "timeout")]
     if args.held_outside:
         sizes.append(f"--held-outside={','.join(map(str, args.held_outside))}")
-    command = [sys.executable, "-m", "benchmarks.real.wild_step", f"--row={args.row}", f"--variant={args.variant}",
+    which = f"--alternate={args.alternate}" if args.alternate else f"--variant={args.variant}"
+    command = [sys.executable, "-m", "benchmarks.real.wild_step", f"--row={args.row}", which,
                *sizes, "--rank=1", f"--port={port}"]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
@@ -138,45 +145,18 @@ def _free_port() -> int:
 def run(args) -> dict:
     from torch._inductor import config
 
-    from reorder.compare import Variant, dynamo_compile_seconds
+    from reorder.compare import dynamo_compile_seconds
     from reorder.measure import measure
 
     from .run import unique_graphs
 
     config.force_disable_caches = True
-    peer = None
-    if args.row == "fsdp":
-        import datetime
-
-        import torch.distributed as dist
-
-        if args.rank == 0:
-            args.port = _free_port()
-            peer = _start_peer(args, args.port)
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=args.rank, world_size=2,
-                                timeout=datetime.timedelta(seconds=args.timeout))
-    model = build(args)
-    if args.row == "fsdp":
-        _shard(model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    loss_of = step_function(model, args)
+    peer = _join(args)
+    step, gradients = _trainer(args)
     batches = token_batches(args)
-
-    def step(tokens):
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_of(tokens)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
-
-    def gradients() -> list[torch.Tensor]:
-        grads = [p.grad for p in model.parameters() if p.grad is not None]
-        return [g.to_local() if hasattr(g, "to_local") else g for g in grads]
-
     result: dict = {"row": args.row, "variant": args.variant, "rank": args.rank, "spec": variant_spec(args)}
-    variant = Variant.parse(result["spec"])
-    if args.held_outside and variant.hook is not None and "memory_budget" in variant.hook:
-        variant = dataclasses.replace(variant, hook={**variant.hook, "held_outside": args.held_outside})
+    variant = _variant(args, args.variant)
+    if variant.hook is not None and "held_outside" in variant.hook:
         result["held_outside"] = args.held_outside
     with variant.context() as session:
         t0 = time.perf_counter()
@@ -211,26 +191,123 @@ def run(args) -> dict:
         "estimate_feasible": estimates, "compiles_while_measured": compiles_measured,
         "records": [r.to_dict() for r in session.records] if session is not None else [],
     })
-    if args.row == "fsdp":
-        import torch.distributed as dist
-
-        dist.destroy_process_group()
-        if peer is not None:
-            try:
-                _, errors = peer.communicate(timeout=args.timeout)
-            except subprocess.TimeoutExpired:
-                peer.kill()
-                raise RuntimeError(f"rank 1 did not finish within {args.timeout} s") from None
-            if peer.returncode != 0:
-                last = errors.strip().splitlines()[-1] if errors.strip() else f"exit status {peer.returncode}"
-                raise RuntimeError(f"rank 1 failed: {last}")
+    _leave(args, peer)
     return result
+
+
+def alternate(args) -> dict:
+    """Every variant of ``--alternate`` in this process, timed side by side: each compiles a fresh copy of the
+    seeded model with an Inductor backend of its own (dynamo would otherwise run one variant's code for another's:
+    :meth:`benchmarks.variants.Variant.compile`) and runs its first steps, every length, in its own context; then
+    ``--rounds`` rounds call every variant once on the longest batch, the first of each round rotating, so that a
+    slow stretch of the machine falls on all of them. Each variant's real peak is measured once more here (one
+    step, :func:`reorder.measure.measure`): equal to its fresh process's, it shows the same program was timed."""
+    from torch._dynamo import config as dynamo_config
+    from torch._inductor import config
+
+    from reorder.measure import measure
+
+    from ..variants import _OwnInductor
+
+    config.force_disable_caches = True
+    dynamo_config.recompile_limit = dynamo_config.accumulated_recompile_limit = 1024
+    names = args.alternate.split(",")
+    peer = _join(args)
+    batches = token_batches(args)
+    steps = {}
+    for name in names:
+        step, _ = _trainer(args, backend=_OwnInductor())
+        with _variant(args, name).context():
+            for tokens in (*batches, batches[-1]):  # a second call at a size may still compile
+                step(tokens)
+        steps[name] = step
+    peaks = {name: measure(lambda step=step: step(batches[-1]), "cpu").peak for name, step in steps.items()}
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for k in range(args.rounds):
+        for name in names[k % len(names):] + names[:k % len(names)]:
+            t0 = time.perf_counter()
+            steps[name](batches[-1])
+            times[name].append(time.perf_counter() - t0)
+    _leave(args, peer)
+    return {"row": args.row, "rank": args.rank, "rounds": args.rounds, "variants": {
+        name: {"step_times": times[name], "step_seconds": statistics.median(times[name]), "real_peak": peaks[name]}
+        for name in names}}
+
+
+def _variant(args, name: str):
+    """The variant ``name`` as this row compiles it (:func:`variant_spec`), with ``--held-outside`` for budgets."""
+    from reorder.compare import Variant
+
+    variant = Variant.parse(variant_spec(argparse.Namespace(**{**vars(args), "variant": name})))
+    if args.held_outside and variant.hook is not None and "memory_budget" in variant.hook:
+        variant = dataclasses.replace(variant, hook={**variant.hook, "held_outside": args.held_outside})
+    return variant
+
+
+def _trainer(args, backend="inductor"):
+    """A fresh seeded model of the row (sharded on the FSDP row), compiled with ``backend`` where the row compiles:
+    ``step(tokens) -> loss`` (zero_grad, forward, backward, SGD) and ``gradients()`` (rank-local shards)."""
+    model = build(args)
+    if args.row == "fsdp":
+        _shard(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    loss_of = step_function(model, args, backend=backend)
+
+    def step(tokens):
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_of(tokens)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    def gradients() -> list[torch.Tensor]:
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        return [g.to_local() if hasattr(g, "to_local") else g for g in grads]
+
+    return step, gradients
+
+
+def _join(args) -> subprocess.Popen | None:
+    """On the FSDP row, the gloo group of two ranks on loopback (rank 0 starts rank 1 and returns it)."""
+    if args.row != "fsdp":
+        return None
+    import datetime
+
+    import torch.distributed as dist
+
+    peer = None
+    if args.rank == 0:
+        args.port = _free_port()
+        peer = _start_peer(args, args.port)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=args.rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=args.timeout))
+    return peer
+
+
+def _leave(args, peer: subprocess.Popen | None) -> None:
+    """The group left, and rank 1 waited for (its failure raised)."""
+    if args.row != "fsdp":
+        return
+    import torch.distributed as dist
+
+    dist.destroy_process_group()
+    if peer is not None:
+        try:
+            _, errors = peer.communicate(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            peer.kill()
+            raise RuntimeError(f"rank 1 did not finish within {args.timeout} s") from None
+        if peer.returncode != 0:
+            last = errors.strip().splitlines()[-1] if errors.strip() else f"exit status {peer.returncode}"
+            raise RuntimeError(f"rank 1 failed: {last}")
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.real.wild_step", description=__doc__.splitlines()[0])
     p.add_argument("--row", choices=tuple(ROWS), required=True)
-    p.add_argument("--variant", required=True)
+    p.add_argument("--variant", help="the variant to compile and measure (one of --variant or --alternate)")
+    p.add_argument("--alternate", help="comma-separated variants compiled side by side and timed in alternation "
+                                       "(:func:`alternate`)")
     p.add_argument("--out", type=Path)
     p.add_argument("--tensors", type=Path)
     for name, default in SIZES.items():
@@ -245,9 +322,13 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    os.environ["REORDER_VARIANT"] = args.variant
-    result = run(args)
+    p = parser()
+    args = p.parse_args(argv)
+    if (args.variant is None) == (args.alternate is None):
+        p.error("give one of --variant and --alternate")
+    if args.variant is not None:
+        os.environ["REORDER_VARIANT"] = args.variant
+    result = run(args) if args.variant is not None else alternate(args)
     if args.rank == 0 and args.out is not None:
         args.out.write_text(json.dumps(result) + "\n")
     return 0
