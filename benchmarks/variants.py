@@ -27,8 +27,8 @@ from typing import Any, Callable, ContextManager
 from reorder.inductor.session import (FallbackRecord, GuardRecord, HookOptions, OrderRecord, Record, Session,
                                       SlabRecord, record_from_dict)
 
-__all__ = ["ContextFactory", "Variant", "eager", "functorch", "hooked", "load_records", "record_from_dict",
-           "records_json", "stock"]
+__all__ = ["ContextFactory", "Variant", "eager", "functorch", "hooked", "load_records", "own_inductor",
+           "record_from_dict", "records_json", "stock"]
 
 #: ``factory(config, training)`` -> the context a variant's compile (its first call) runs in. What the context
 #: yields is what the compile recorded: the hook's :class:`Session`, or None where nothing records.
@@ -71,7 +71,7 @@ class Variant:
             return fn
         import torch
 
-        return torch.compile(fn, backend=_OwnInductor()) if own_cache else torch.compile(fn)
+        return torch.compile(fn, backend=own_inductor()) if own_cache else torch.compile(fn)
 
     def enter(self, training: bool) -> ContextManager:
         """The context the first call (the compile) runs in; it yields what the compile recorded (None for eager)."""
@@ -86,8 +86,14 @@ class Variant:
         return dataclasses.replace(self, config=dataclasses.replace(self.config, **fields))
 
 
+def own_inductor() -> Callable:
+    """Inductor as a ``torch.compile`` backend that equals no other (see :meth:`Variant.compile`): compiled code
+    is kept per backend, so variants compiled with one each never run each other's code."""
+    return _OwnInductor()
+
+
 class _OwnInductor:
-    """Inductor as a ``torch.compile`` backend that equals no other (see :meth:`Variant.compile`)."""
+    """Inductor as a ``torch.compile`` backend of its own identity (:func:`own_inductor`)."""
 
     def __call__(self, gm, example_inputs):
         from torch._inductor.compile_fx import compile_fx

@@ -79,6 +79,15 @@ def test_the_alternations_step_times_decide_which_points_match():
     lines = wild_section_of(data)
     assert next(line for line in lines if line.startswith("| whole |")).split(" | ")[6:8] == ["alternated", "**1/2**"]
     assert any(line.startswith("| budget:1 |") and "(its peak there 0.00)" in line for line in lines)
+    # a compile after the variants' first steps ran inside a timed step: the alternation's times are left out
+    data["alternated"]["compiles_after_context"] = 1
+    late = wild_row(data)
+    assert not late.alternated and late.match(late.inductor[0]).name == "budget:0.5"
+    assert any("compiled 1 graphs after the variants' first steps" in line for line in wild_section_of(data))
+    failed = {**ROW, "alternated": {"error": "rank 1 failed: boom"}}
+    lines = wild_section_of(failed)
+    assert any("The alternation failed: rank 1 failed: boom" in line for line in lines)
+    assert next(line for line in lines if line.startswith("| whole |")).split(" | ")[6] == "own processes"
 
 
 def wild_section_of(data):
@@ -151,7 +160,10 @@ def test_measuring_some_variants_again_keeps_the_rows_others(tmp_path, monkeypat
         ran.append(name)
         given[name] = held_outside
         outside = {"forward": 0, "between": 7, "backward": 5}
-        return {"real_peak": 100 + len(ran), "peaks": [{"outside_by_phase": outside}]}, [torch.ones(1)]
+        held = {"held_outside": held_outside} if held_outside and name.startswith("budget") else {}
+        peak = 100 + len(ran)
+        return {"real_peak": peak, "peaks": [{"seq": 8, "real_peak": peak, "outside_by_phase": outside}], **held}, [
+            torch.ones(1)]
 
     monkeypatch.setattr(wild, "run_variant", run_variant)
     alternations = []
@@ -171,13 +183,23 @@ def test_measuring_some_variants_again_keeps_the_rows_others(tmp_path, monkeypat
     assert {name: v["real_peak"] for name, v in data["variants"].items()} == {
         "stock": 101, "budget:0.4": 102, "inductor-budget:0.5": 3}
     assert json.loads((tmp_path / "whole.json").read_text())["variants"]["inductor-budget:0.5"] == {"real_peak": 3}
-    # then every variant of the row, cached or new, is timed side by side, our budgets given stock's held bytes
-    assert alternations == [(["stock", "budget:0.4", "inductor-budget:0.5"], [0, 7, 5])]
+    # then every variant of the row, cached or new, is timed side by side, each budget with the bytes held
+    # outside that its own process had
+    assert alternations == [(["stock", "budget:0.4", "inductor-budget:0.5"], {"budget:0.4": [0, 7, 5]})]
     wild.measure_row("whole", ["budget:0.4"], sizes, again=False, progress=lambda text: None)
     assert ran == ["stock", "budget:0.4"]  # without --again, a cached variant is not measured
     assert len(alternations) == 1  # nor the alternation, which has every variant
     wild.measure_row("whole", ["budget:0.4"], sizes, again=False, progress=lambda text: None, alternate_again=True)
     assert ran == ["stock", "budget:0.4"] and len(alternations) == 2
+    wild.measure_row("whole", ["budget:0.1"], sizes, again=False, progress=lambda text: None)
+    assert ran[-1] == "budget:0.1" and len(alternations) == 3 and "budget:0.1" in alternations[-1][0]
+    # a failed alternation is shown, and tried again only when asked
+    data = json.loads((tmp_path / "whole.json").read_text())
+    data["alternated"] = {"error": "rank 1 failed: boom"}
+    (tmp_path / "whole.json").write_text(json.dumps(data))
+    wild.measure_row("whole", ["budget:0.4"], sizes, again=False, progress=lambda text: None)
+    assert len(alternations) == 3
+    assert wild_row(json.loads((tmp_path / "whole.json").read_text())).alternation_error == "rank 1 failed: boom"
 
 
 def test_the_per_layer_rows_budget_every_layers_call_and_what_stocks_eager_code_held():

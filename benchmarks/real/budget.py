@@ -56,6 +56,7 @@ from reorder.inductor.releases import installed_version, running_release
 from reorder.inductor.session import PartitionRecord
 from reorder.measure import measure
 
+from ..timing import alternated_times
 from ..variants import Variant, functorch, hooked, load_records, records_json
 from .budget_report import BUDGETS, INDUCTOR_GRID, cuda_table
 from .models import BATCH, MODELS, build, parameter_bytes
@@ -190,13 +191,9 @@ def run_row(name: str, size: str = "bench", points: int = POINTS, rounds: int = 
         m = measure(p.step, device)
         p.reset()
         peaks[p.variant.name] = m
-    times: dict[str, list[float]] = {p.variant.name: [] for p in prepared}
-    for k in range(rounds):
-        for p in prepared[k % len(prepared):] + prepared[:k % len(prepared)]:
-            p.reset()
-            t0 = time.perf_counter()
-            p.step()
-            times[p.variant.name].append(time.perf_counter() - t0)
+    by_name = {p.variant.name: p for p in prepared}
+    times = alternated_times({name: p.step for name, p in by_name.items()}, rounds,
+                             before=lambda name: by_name[name].reset())
     stock = prepared[0]
     row = {"model": name, "size": size, "mode": "train", "device": device, "batch": BATCH,
            "gpu": torch.cuda.get_device_name() if device == "cuda" else None, "parameter_bytes": parameter_bytes(base),

@@ -19,7 +19,7 @@ step as the reference; the FSDP row, whose gradients are rank 0's shards, by the
 
 Variants are cached one by one in ``benchmarks/real/results/wild/<row>.json`` (an interrupted run goes on where
 it stopped; ``--again`` measures every variant anew), the alternation under its ``alternated`` key (run again
-whenever a variant was measured anew, or with ``--alternate-again``); the report's section and one plot per row come from the
+whenever a variant was measured anew or the variants changed; a failed one only with ``--alternate-again``); the report's section and one plot per row come from the
 cache (:mod:`benchmarks.real.wild_report`).
 """
 
@@ -92,14 +92,17 @@ def run_variant(row: str, variant: str, sizes: list[str], held_outside: list[int
         return result, torch.load(saved, weights_only=True)
 
 
-def alternate_row(row: str, variants: list[str], sizes: list[str], held_outside: list[int] | None,
+def alternate_row(row: str, variants: list[str], sizes: list[str], held_outside: dict[str, list[int]],
                   rounds: int = ROUNDS) -> dict:
     """Every variant of ``variants`` compiled in one fresh process and timed in alternation (``wild_step
-    --alternate``): its step times and real peak by variant, or ``{"error": ...}``."""
+    --alternate``), each budget with the ``held_outside`` its own process had (``held_outside[variant]``): its
+    step times and real peak by variant, or ``{"error": ...}``."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "times.json"
         command = [sys.executable, "-m", "benchmarks.real.wild_step", "--row", row, "--alternate", ",".join(variants),
-                   f"--rounds={rounds}", "--out", str(out), *sizes, *_held_option(held_outside)]
+                   f"--rounds={rounds}", "--out", str(out), *sizes]
+        if held_outside:
+            command.append(f"--held-outside-of={json.dumps(held_outside)}")
         try:
             ran = subprocess.run(command, capture_output=True, text=True, timeout=ALTERNATION_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -121,7 +124,10 @@ def measure_row(row: str, variants: list[str], sizes: list[str], again: bool, pr
     """Every variant of ``variants`` not yet cached (all of them with ``again``), each cached as soon as it ran;
     the row's other cached variants are kept. Stock runs first whenever another variant does: its loss and
     gradients are what the others are checked against, and what its eager code held beside the compiled graphs
-    (at the first length, by phase) is our budgets' ``held_outside``, as ``measure_step`` would tell a user."""
+    (at the first length, by phase) is our budgets' ``held_outside``, as ``measure_step`` would tell a user.
+    Then every variant of the row that ran is timed side by side (:func:`alternate_row`), when one was measured
+    anew, when the cached alternation is missing or timed other variants, or with ``alternate_again`` (the only
+    way a failed alternation runs again)."""
     path = WILD / f"{row}.json"
     cached = json.loads(path.read_text()) if path.exists() else {}
     data = {"row": row, "description": ROWS[row], "sizes": sizes, "torch": torch.__version__,
@@ -133,10 +139,12 @@ def measure_row(row: str, variants: list[str], sizes: list[str], again: bool, pr
     alternated = cached.get("alternated") if cached.get("sizes") == sizes else None
     if alternated:
         data["alternated"] = alternated
-    if missing or alternate_again or not alternated or set(alternated.get("variants", ())) != set(ran):
+    stale = not alternated or ("error" not in alternated and set(alternated.get("variants", ())) != set(ran))
+    if ran and (missing or alternate_again or stale):  # a failed alternation is tried again with --alternate-again
         progress(f"{row}: {len(ran)} variants side by side, in alternation ...")
         t0 = time.perf_counter()
-        data["alternated"] = alternate_row(row, ran, sizes, _stocks_held_outside(data["variants"].get("stock", {})))
+        held = {v: data["variants"][v]["held_outside"] for v in ran if data["variants"][v].get("held_outside")}
+        data["alternated"] = alternate_row(row, ran, sizes, held)
         progress(f"    {data['alternated'].get('error', 'done')}, {time.perf_counter() - t0:.0f} s")
         path.write_text(json.dumps(data) + "\n")
     return data

@@ -11,12 +11,11 @@ plot_budget`).
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-import statistics
-
-from .budget_report import OVER_BUDGET, SLOWER, Point, BudgetRow, plot_budget
+from .budget_report import OVER_BUDGET, SLOWER, BudgetRow, Point, plot_budget, round_ratio
 from .tables import RESULTS, Column, details_with_plots, left, markdown, megabytes
 
 __all__ = ["WildRow", "wild_rows", "wild_section"]
@@ -57,9 +56,7 @@ class WildPoint:
     def time_against(self, other: WildPoint) -> float:
         """This step's time over ``other``'s: the median over the alternation's rounds of the two times in the
         same round where both ran in it, else the ratio of their own processes' medians."""
-        if self.alternated_times and len(self.alternated_times) == len(other.alternated_times):
-            return statistics.median(a / b for a, b in zip(self.alternated_times, other.alternated_times))
-        return self.step_seconds / other.step_seconds
+        return round_ratio(self.alternated_times, other.alternated_times, self.step_seconds, other.step_seconds)
 
     @property
     def verdict_agrees(self) -> bool | None:
@@ -99,6 +96,9 @@ class WildRow:
     stock: WildPoint
     ours: tuple[WildPoint, ...]
     inductor: tuple[WildPoint, ...]
+    alternation_error: str | None = None
+    rounds: int | None = None
+    compiles_after_context: int = 0
 
     @property
     def ran(self) -> list[WildPoint]:
@@ -121,8 +121,9 @@ class WildRow:
 
     @property
     def alternated(self) -> bool:
-        """Every variant that ran was timed in the row's alternation."""
-        return all(v.alternated_times for v in self.ran)
+        """Every variant that ran was timed in the row's alternation, and nothing compiled after their first
+        steps there (a compile then would have run outside its variant's context, and inside a timed step)."""
+        return bool(self.ran) and all(v.alternated_times for v in self.ran) and not self.compiles_after_context
 
     @property
     def same_programs(self) -> tuple[int, int]:
@@ -160,13 +161,16 @@ class WildRow:
 
 
 def wild_row(data: dict) -> WildRow:
-    alternated = (data.get("alternated") or {}).get("variants", {})
+    alternation = data.get("alternated") or {}
+    compiles = alternation.get("compiles_after_context", 0)
+    alternated = {} if compiles else alternation.get("variants", {})  # its times are not the variants' own
     variants = [_variant(name, v, alternated.get(name)) for name, v in data["variants"].items()]
     by_fraction = lambda v: -v.fraction  # noqa: E731
     stock = next((v for v in variants if v.kind == "stock"), None) or _variant("stock", {"error": "not run"})
     return WildRow(data["row"], data["description"], stock,
                    tuple(sorted((v for v in variants if v.kind == "ours"), key=by_fraction)),
-                   tuple(sorted((v for v in variants if v.kind == "inductor"), key=by_fraction)))
+                   tuple(sorted((v for v in variants if v.kind == "inductor"), key=by_fraction)),
+                   alternation.get("error"), alternation.get("rounds"), compiles)
 
 
 def wild_rows(folder: Path = WILD) -> list[WildRow]:
@@ -203,7 +207,11 @@ SUMMARY = (left("row", lambda r: r.row), Column("stock MB", lambda r: r.stock.re
 
 
 def _detail(row: WildRow) -> list[str]:
-    lines = [f"**{row.row}**: {row.description}.", "", "| variant | real peak MB | step ms, own process | step ms, "
+    said = (f" The alternation failed: {row.alternation_error}; step times are the variants' own processes'."
+            if row.alternation_error else
+            f" The alternation compiled {row.compiles_after_context} graphs after the variants' first steps: its "
+            "times are left out." if row.compiles_after_context else "")
+    lines = [f"**{row.row}**: {row.description}.{said}", "", "| variant | real peak MB | step ms, own process | step ms, "
              "alternated | compile s | estimate said | difference to stock | as accurate | matches |",
              "|---|---:|---:|---:|---:|---|---:|---|---|"]
     for v in (row.stock, *row.ours, *row.inductor):
@@ -249,8 +257,8 @@ def wild_section(folder: Path = WILD) -> list[str]:
              f"`{sizes}`, CPU). Each variant ran in a fresh process with Inductor's caches off: compile seconds are "
              "the first step's minus a steady step's, the real peak is one step's (the allocator's events; at each "
              "sequence length for the dynamic row). Step times: where `step times` says alternated, every variant "
-             "of the row was compiled again side by side in one process and timed in 21 rounds that call each "
-             "once (`same peak alternated`: the variants whose real peak there equals their own process's, the same "
+             "of the row was compiled again side by side in one process and timed in rounds (21 by default, the "
+             "row's `alternated.rounds`) that call each once (`same peak alternated`: the variants whose real peak there equals their own process's, the same "
              "program timed), and a step is compared with another by the median over rounds of the ratio of their "
              "times; else the median of five steady steps of the variant's own process, which vary by up to 18% "
              "between processes for one program. `Inductor points matched`: for how many of Inductor's "

@@ -2,9 +2,11 @@
 :mod:`benchmarks.real.wild`.
 
     python -m benchmarks.real.wild_step --row ROW --variant SPEC --out RESULT.json [--tensors FILE.pt]
-                                        [--held-outside F,M,B]
+                                        [--held-outside F,M,B] [SIZES]
     python -m benchmarks.real.wild_step --row ROW --alternate SPEC,SPEC,... --out TIMES.json [--rounds 21]
-                                        [--layers 4] [--hidden 256] [--seq 128] [--batch 4] [--vocab 2048]
+                                        [--held-outside F,M,B] [--held-outside-of JSON] [SIZES]
+
+    SIZES: [--layers 4] [--hidden 256] [--seq 128] [--batch 4] [--vocab 2048]
 
 A Llama-style decoder built from its ``transformers`` config (seeded random weights, nothing downloaded) trains
 with SGD; ``ROW`` says how the step is written (:data:`ROWS`); ``SPEC`` is a variant of ``reorder compare``
@@ -34,6 +36,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -128,10 +131,15 @@ def _start_peer(args, port: int) -> subprocess.Popen:
     sizes = [f"--{name}={getattr(args, name)}" for name in (*SIZES, "rounds", "timeout")]
     if args.held_outside:
         sizes.append(f"--held-outside={','.join(map(str, args.held_outside))}")
+    if args.held_outside_of:
+        sizes.append(f"--held-outside-of={args.held_outside_of}")
     which = f"--alternate={args.alternate}" if args.alternate else f"--variant={args.variant}"
     command = [sys.executable, "-m", "benchmarks.real.wild_step", f"--row={args.row}", which,
                *sizes, "--rank=1", f"--port={port}"]
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    errors = tempfile.TemporaryFile("w+")  # a pipe would fill with an alternation's compile logs and stall rank 1
+    peer = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors, text=True)
+    peer.errors = errors
+    return peer
 
 
 def _free_port() -> int:
@@ -155,9 +163,9 @@ def run(args) -> dict:
     step, gradients = _trainer(args)
     batches = token_batches(args)
     result: dict = {"row": args.row, "variant": args.variant, "rank": args.rank, "spec": variant_spec(args)}
-    variant = _variant(args, args.variant)
+    variant = _variant(args, args.variant, args.held_outside)
     if variant.hook is not None and "held_outside" in variant.hook:
-        result["held_outside"] = args.held_outside
+        result["held_outside"] = variant.hook["held_outside"]
     with variant.context() as session:
         t0 = time.perf_counter()
         first = step(batches[0])
@@ -198,49 +206,53 @@ def run(args) -> dict:
 def alternate(args) -> dict:
     """Every variant of ``--alternate`` in this process, timed side by side: each compiles a fresh copy of the
     seeded model with an Inductor backend of its own (dynamo would otherwise run one variant's code for another's:
-    :meth:`benchmarks.variants.Variant.compile`) and runs its first steps, every length, in its own context; then
-    ``--rounds`` rounds call every variant once on the longest batch, the first of each round rotating, so that a
-    slow stretch of the machine falls on all of them. Each variant's real peak is measured once more here (one
-    step, :func:`reorder.measure.measure`): equal to its fresh process's, it shows the same program was timed."""
+    :func:`benchmarks.variants.own_inductor`) and runs its first steps, every length, in its own context, with
+    our budgets' ``held_outside`` as its own process had it (``--held-outside-of``); then ``--rounds`` rounds call
+    every variant once on the longest batch (:func:`benchmarks.timing.alternated_times`). Each variant's real
+    peak is measured once more here (one step, :func:`reorder.measure.measure`): equal to its fresh process's,
+    it shows the same program was timed. ``compiles_after_context``: graphs compiled after the variants' first
+    steps, outside their contexts (0 when every timed step ran the code its variant compiled)."""
     from torch._dynamo import config as dynamo_config
     from torch._inductor import config
 
     from reorder.measure import measure
 
-    from ..variants import _OwnInductor
+    from ..timing import alternated_times
+    from ..variants import own_inductor
+    from .run import unique_graphs
 
     config.force_disable_caches = True
     dynamo_config.recompile_limit = dynamo_config.accumulated_recompile_limit = 1024
     names = args.alternate.split(",")
+    held = json.loads(args.held_outside_of) if args.held_outside_of else {}
     peer = _join(args)
     batches = token_batches(args)
     steps = {}
     for name in names:
-        step, _ = _trainer(args, backend=_OwnInductor())
-        with _variant(args, name).context():
+        step, _ = _trainer(args, backend=own_inductor())
+        with _variant(args, name, held.get(name, args.held_outside)).context():
             for tokens in (*batches, batches[-1]):  # a second call at a size may still compile
                 step(tokens)
         steps[name] = step
+    compiled = unique_graphs()
     peaks = {name: measure(lambda step=step: step(batches[-1]), "cpu").peak for name, step in steps.items()}
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for k in range(args.rounds):
-        for name in names[k % len(names):] + names[:k % len(names)]:
-            t0 = time.perf_counter()
-            steps[name](batches[-1])
-            times[name].append(time.perf_counter() - t0)
+    times = alternated_times({name: (lambda step=step: step(batches[-1])) for name, step in steps.items()},
+                             args.rounds)
+    compiles_after_context = unique_graphs() - compiled
     _leave(args, peer)
-    return {"row": args.row, "rank": args.rank, "rounds": args.rounds, "variants": {
-        name: {"step_times": times[name], "step_seconds": statistics.median(times[name]), "real_peak": peaks[name]}
-        for name in names}}
+    return {"row": args.row, "rank": args.rank, "rounds": args.rounds,
+            "compiles_after_context": compiles_after_context, "variants": {
+                name: {"step_times": times[name], "step_seconds": statistics.median(times[name]),
+                       "real_peak": peaks[name]} for name in names}}
 
 
-def _variant(args, name: str):
-    """The variant ``name`` as this row compiles it (:func:`variant_spec`), with ``--held-outside`` for budgets."""
+def _variant(args, name: str, held_outside=None):
+    """The variant ``name`` as this row compiles it (:func:`variant_spec`), with ``held_outside`` for budgets."""
     from reorder.compare import Variant
 
     variant = Variant.parse(variant_spec(argparse.Namespace(**{**vars(args), "variant": name})))
-    if args.held_outside and variant.hook is not None and "memory_budget" in variant.hook:
-        variant = dataclasses.replace(variant, hook={**variant.hook, "held_outside": args.held_outside})
+    if held_outside and variant.hook is not None and "memory_budget" in variant.hook:
+        variant = dataclasses.replace(variant, hook={**variant.hook, "held_outside": tuple(held_outside)})
     return variant
 
 
@@ -293,10 +305,13 @@ def _leave(args, peer: subprocess.Popen | None) -> None:
     dist.destroy_process_group()
     if peer is not None:
         try:
-            _, errors = peer.communicate(timeout=args.timeout)
+            peer.wait(timeout=args.timeout)
         except subprocess.TimeoutExpired:
             peer.kill()
             raise RuntimeError(f"rank 1 did not finish within {args.timeout} s") from None
+        peer.errors.seek(0)
+        errors = peer.errors.read()
+        peer.errors.close()
         if peer.returncode != 0:
             last = errors.strip().splitlines()[-1] if errors.strip() else f"exit status {peer.returncode}"
             raise RuntimeError(f"rank 1 failed: {last}")
@@ -318,6 +333,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=900.0)
     p.add_argument("--held-outside", type=lambda text: tuple(int(b) for b in text.split(",")), default=None,
                    help="our budgets' held_outside: what eager code held in stock's step, three bytes")
+    p.add_argument("--held-outside-of", help="with --alternate: a JSON object, variant -> its budget's three bytes "
+                                             "of held_outside (variants left out take --held-outside)")
     return p
 
 
@@ -326,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if (args.variant is None) == (args.alternate is None):
         p.error("give one of --variant and --alternate")
+    if args.alternate is not None and args.tensors is not None:
+        p.error("--tensors saves one variant's first step: give it with --variant")
     if args.variant is not None:
         os.environ["REORDER_VARIANT"] = args.variant
     result = run(args) if args.variant is not None else alternate(args)
