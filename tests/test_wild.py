@@ -168,9 +168,11 @@ def test_measuring_some_variants_again_keeps_the_rows_others(tmp_path, monkeypat
     monkeypatch.setattr(wild, "run_variant", run_variant)
     alternations = []
 
-    def alternate_row(row, variants, sizes, held_outside):
+    def alternate_row(row, variants, sizes, held_outside):  # the same programs: the peaks of their own processes
         alternations.append((variants, held_outside))
-        return {"rounds": 1, "variants": {v: {"step_times": [0.1], "real_peak": 0} for v in variants}}
+        measured = json.loads((tmp_path / "whole.json").read_text())["variants"]
+        return {"rounds": 1, "variants": {v: {"step_times": [0.1], "real_peak": measured[v]["real_peak"]}
+                                          for v in variants}}
 
     monkeypatch.setattr(wild, "alternate_row", alternate_row)
     sizes = ["--layers=2"]
@@ -193,12 +195,21 @@ def test_measuring_some_variants_again_keeps_the_rows_others(tmp_path, monkeypat
     assert ran == ["stock", "budget:0.4"] and len(alternations) == 2
     wild.measure_row("whole", ["budget:0.1"], sizes, again=False, progress=lambda text: None)
     assert ran[-1] == "budget:0.1" and len(alternations) == 3 and "budget:0.1" in alternations[-1][0]
+    # measured anew to the real peaks the alternation timed: the same programs, not timed again; to another: again
+    data = json.loads((tmp_path / "whole.json").read_text())
+    timed = data["alternated"]["variants"]
+    timed["stock"]["real_peak"], timed["budget:0.4"]["real_peak"] = 100 + len(ran) + 1, 100 + len(ran) + 2
+    (tmp_path / "whole.json").write_text(json.dumps(data))
+    wild.measure_row("whole", ["budget:0.4"], sizes, again=True, progress=lambda text: None)
+    assert len(alternations) == 3
+    wild.measure_row("whole", ["budget:0.4"], sizes, again=True, progress=lambda text: None)
+    assert len(alternations) == 4
     # a failed alternation is shown, and tried again only when asked
     data = json.loads((tmp_path / "whole.json").read_text())
     data["alternated"] = {"error": "rank 1 failed: boom"}
     (tmp_path / "whole.json").write_text(json.dumps(data))
     wild.measure_row("whole", ["budget:0.4"], sizes, again=False, progress=lambda text: None)
-    assert len(alternations) == 3
+    assert len(alternations) == 4
     assert wild_row(json.loads((tmp_path / "whole.json").read_text())).alternation_error == "rank 1 failed: boom"
 
 

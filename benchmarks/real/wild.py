@@ -19,7 +19,8 @@ step as the reference; the FSDP row, whose gradients are rank 0's shards, by the
 
 Variants are cached one by one in ``benchmarks/real/results/wild/<row>.json`` (an interrupted run goes on where
 it stopped; ``--again`` measures every variant anew), the alternation under its ``alternated`` key (run again
-whenever a variant was measured anew or the variants changed; a failed one only with ``--alternate-again``); the report's section and one plot per row come from the
+when the variants changed or one measures another real peak than there; a failed one only with
+``--alternate-again``); the report's section and one plot per row come from the
 cache (:mod:`benchmarks.real.wild_report`).
 """
 
@@ -125,9 +126,9 @@ def measure_row(row: str, variants: list[str], sizes: list[str], again: bool, pr
     the row's other cached variants are kept. Stock runs first whenever another variant does: its loss and
     gradients are what the others are checked against, and what its eager code held beside the compiled graphs
     (at the first length, by phase) is our budgets' ``held_outside``, as ``measure_step`` would tell a user.
-    Then every variant of the row that ran is timed side by side (:func:`alternate_row`), when one was measured
-    anew, when the cached alternation is missing or timed other variants, or with ``alternate_again`` (the only
-    way a failed alternation runs again)."""
+    Then every variant of the row that ran is timed side by side (:func:`alternate_row`) when the cached
+    alternation is stale (:func:`_alternation_stale`: a variant measured anew to another program, say) or with
+    ``alternate_again`` (the only way a failed alternation runs again)."""
     path = WILD / f"{row}.json"
     cached = json.loads(path.read_text()) if path.exists() else {}
     data = {"row": row, "description": ROWS[row], "sizes": sizes, "torch": torch.__version__,
@@ -139,8 +140,7 @@ def measure_row(row: str, variants: list[str], sizes: list[str], again: bool, pr
     alternated = cached.get("alternated") if cached.get("sizes") == sizes else None
     if alternated:
         data["alternated"] = alternated
-    stale = not alternated or ("error" not in alternated and set(alternated.get("variants", ())) != set(ran))
-    if ran and (missing or alternate_again or stale):  # a failed alternation is tried again with --alternate-again
+    if ran and (alternate_again or _alternation_stale(alternated, data["variants"], ran)):
         progress(f"{row}: {len(ran)} variants side by side, in alternation ...")
         t0 = time.perf_counter()
         held = {v: data["variants"][v]["held_outside"] for v in ran if data["variants"][v].get("held_outside")}
@@ -148,6 +148,18 @@ def measure_row(row: str, variants: list[str], sizes: list[str], again: bool, pr
         progress(f"    {data['alternated'].get('error', 'done')}, {time.perf_counter() - t0:.0f} s")
         path.write_text(json.dumps(data) + "\n")
     return data
+
+
+def _alternation_stale(alternated: dict | None, variants: dict, ran: list[str]) -> bool:
+    """Whether the row's cached alternation no longer times its variants: there is none, or it timed other
+    variants, or one of them now measures another real peak in its own process than there (measured anew to
+    another program). A failed alternation is not stale: it runs again with ``--alternate-again`` only."""
+    if not alternated:
+        return True
+    if "error" in alternated:
+        return False
+    timed = alternated.get("variants", {})
+    return set(timed) != set(ran) or any(timed[v].get("real_peak") != variants[v].get("real_peak") for v in ran)
 
 
 def _measure_variants(row: str, data: dict, missing: list[str], sizes: list[str], progress) -> None:
