@@ -202,6 +202,7 @@ def test_measuring_some_variants_again_keeps_the_rows_others(tmp_path, monkeypat
     (tmp_path / "whole.json").write_text(json.dumps(data))
     wild.measure_row("whole", ["budget:0.4"], sizes, again=True, progress=lambda text: None)
     assert len(alternations) == 3
+    assert json.loads((tmp_path / "whole.json").read_text())["alternated"] == data["alternated"]  # still cached
     wild.measure_row("whole", ["budget:0.4"], sizes, again=True, progress=lambda text: None)
     assert len(alternations) == 4
     # a failed alternation is shown, and tried again only when asked

@@ -131,15 +131,16 @@ def measure_row(row: str, variants: list[str], sizes: list[str], again: bool, pr
     ``alternate_again`` (the only way a failed alternation runs again)."""
     path = WILD / f"{row}.json"
     cached = json.loads(path.read_text()) if path.exists() else {}
+    same_sizes = cached.get("sizes") == sizes
     data = {"row": row, "description": ROWS[row], "sizes": sizes, "torch": torch.__version__,
-            "variants": cached.get("variants", {}) if cached.get("sizes") == sizes else {}}
+            "variants": cached.get("variants", {}) if same_sizes else {}}
+    alternated = cached.get("alternated") if same_sizes else None
+    if alternated:  # kept through the variants' writes below, and judged after them
+        data["alternated"] = alternated
     missing = [v for v in variants if again or v not in data["variants"]]
     if missing:
         _measure_variants(row, data, missing, sizes, progress)
     ran = [v for v in data["variants"] if "error" not in data["variants"][v]]
-    alternated = cached.get("alternated") if cached.get("sizes") == sizes else None
-    if alternated:
-        data["alternated"] = alternated
     if ran and (alternate_again or _alternation_stale(alternated, data["variants"], ran)):
         progress(f"{row}: {len(ran)} variants side by side, in alternation ...")
         t0 = time.perf_counter()
