@@ -159,7 +159,8 @@ def held_value(text: str, spec: str) -> int | tuple[int, int, int]:
     amounts = []
     for part in value.split("/"):
         number, unit = _number_and_unit(part)
-        amount = -1.0 if number is None or (unit or "B") not in UNITS else number * UNITS[unit or "B"]
+        unit = unit or "B"
+        amount = -1.0 if number is None or unit not in UNITS else number * UNITS[unit]
         if amount < 0 or amount != int(amount):
             amounts = None
             break

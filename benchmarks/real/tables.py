@@ -17,8 +17,9 @@ from typing import Any, Callable, Sequence
 
 from reorder.inductor.session import OrderRecord, Record
 
-__all__ = ["DOC", "GAP", "GRAPHS", "IMAGES", "REPORT_RELEASE", "RESULTS", "ROOT", "Column", "cached_rows",
-           "details_with_plots", "largest_estimate", "megabytes", "left", "markdown", "records_of", "release_folder", "write_between_markers"]
+__all__ = ["DOC", "GAP", "GRAPHS", "IMAGES", "REPORT_RELEASE", "RESULTS", "ROOT", "Column", "cached_rows", "count_of",
+           "details_with_plots", "largest_estimate", "megabytes", "left", "markdown", "records_of", "release_folder",
+           "write_between_markers"]
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GRAPHS = Path(__file__).resolve().parent / "graphs" / "bench"
@@ -50,6 +51,12 @@ def release_folder(size: str) -> str:
 def megabytes(n: int | None) -> str:
     """Bytes as the report's tables show them: decimal megabytes to two places; empty for None."""
     return "" if n is None else f"{n / 1e6:.2f}"
+
+
+def count_of(pair: tuple[int, int]) -> str:
+    """``(done, of)`` as a table cell: ``done/of``, in bold where some were not done."""
+    done, of = pair
+    return f"{done}/{of}" if done == of else f"**{done}/{of}**"
 
 
 def details_with_plots(rows: Sequence, detail: Callable[[Any], list[str]], plot: Callable[[Any, Path], bool],

@@ -72,6 +72,19 @@ def _held_option(held_outside: list[int] | None) -> list[str]:
     return [f"--held-outside={','.join(map(str, held_outside))}"] if held_outside else []
 
 
+def _run_child(command: list[str], out: Path, timeout: float) -> dict:
+    """``command`` run to its end: the JSON it wrote to ``out``, or ``{"error": ...}`` (past ``timeout`` seconds,
+    or its last line on stderr where it failed)."""
+    try:
+        ran = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"ran past {timeout} s"}
+    if ran.returncode != 0 or not out.exists():
+        lines = [line for line in ran.stderr.splitlines() if line.strip()]
+        return {"error": lines[-1] if lines else f"exit status {ran.returncode}"}
+    return json.loads(out.read_text())
+
+
 def run_variant(row: str, variant: str, sizes: list[str], held_outside: list[int] | None = None
                 ) -> tuple[dict, list[torch.Tensor]]:
     """One variant of ``row`` in a fresh process: its result (or ``{"error": ...}``) and its first step's loss
@@ -81,14 +94,9 @@ def run_variant(row: str, variant: str, sizes: list[str], held_outside: list[int
         command = [sys.executable, "-m", "benchmarks.real.wild_step", "--row", row, "--variant", variant,
                    "--out", str(out), "--tensors", str(saved), *sizes, *_held_option(held_outside)]
         t0 = time.perf_counter()
-        try:
-            ran = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            return {"variant": variant, "error": f"ran past {TIMEOUT} s"}, []
-        if ran.returncode != 0 or not out.exists():
-            lines = [line for line in ran.stderr.splitlines() if line.strip()]
-            return {"variant": variant, "error": lines[-1] if lines else f"exit status {ran.returncode}"}, []
-        result = json.loads(out.read_text())
+        result = _run_child(command, out, TIMEOUT)
+        if "error" in result:
+            return {"variant": variant, **result}, []
         result["process_seconds"] = time.perf_counter() - t0
         return result, torch.load(saved, weights_only=True)
 
@@ -104,14 +112,7 @@ def alternate_row(row: str, variants: list[str], sizes: list[str], held_outside:
                    f"--rounds={rounds}", "--out", str(out), *sizes]
         if held_outside:
             command.append(f"--held-outside-of={json.dumps(held_outside)}")
-        try:
-            ran = subprocess.run(command, capture_output=True, text=True, timeout=ALTERNATION_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            return {"error": f"ran past {ALTERNATION_TIMEOUT} s"}
-        if ran.returncode != 0 or not out.exists():
-            lines = [line for line in ran.stderr.splitlines() if line.strip()]
-            return {"error": lines[-1] if lines else f"exit status {ran.returncode}"}
-        return json.loads(out.read_text())
+        return _run_child(command, out, ALTERNATION_TIMEOUT)
 
 
 def _stocks_held_outside(stock: dict) -> list[int] | None:

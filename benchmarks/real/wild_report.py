@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .budget_report import OVER_BUDGET, SLOWER, BudgetRow, Point, plot_budget, round_ratio
-from .tables import RESULTS, Column, details_with_plots, left, markdown, megabytes
+from .tables import RESULTS, Column, count_of, details_with_plots, left, markdown, megabytes
 
 __all__ = ["WildRow", "wild_rows", "wild_section"]
 
@@ -184,11 +184,6 @@ def _point(v: WildPoint | None) -> str:
     return "" if v is None else f"{megabytes(v.real_peak)} ({v.fraction:g})"
 
 
-def _ratio(pair: tuple[int, int]) -> str:
-    done, of = pair
-    return f"{done}/{of}" if done == of else f"**{done}/{of}**"
-
-
 SUMMARY = (left("row", lambda r: r.row), Column("stock MB", lambda r: r.stock.real_peak, megabytes),
            Column("ours 1.0 MB", lambda r: next((v.real_peak for v in r.ours if v.fraction == 1.0 and v.ok), None),
                   megabytes),
@@ -196,14 +191,14 @@ SUMMARY = (left("row", lambda r: r.row), Column("stock MB", lambda r: r.stock.re
            Column("below stock", lambda r: r.saving, lambda x: "" if x is None else f"{x:.1%}"),
            Column("Inductor's lowest MB (fraction)", lambda r: r.inductor_lowest, _point),
            Column("step times", lambda r: r.alternated, lambda f: "alternated" if f else "own processes"),
-           Column("Inductor points matched", lambda r: r.matched, _ratio),
+           Column("Inductor points matched", lambda r: r.matched, count_of),
            Column("lowest <= Inductor's", lambda r: (r.lowest, r.inductor_lowest),
                   lambda p: "" if None in p else ("yes" if p[0].real_peak <= p[1].real_peak else "**no**")),
            Column("stock compile s", lambda r: r.stock.compile_seconds, lambda s: "" if s is None else f"{s:.1f}"),
            Column("ours' compile extra", lambda r: r.compile_extra, lambda x: "" if x is None else f"{x:+.0%}"),
            Column("fallbacks", lambda r: r.fallbacks, str),
-           Column("verdicts agree", lambda r: r.verdicts_agree, _ratio),
-           Column("same peak alternated", lambda r: r.same_programs, lambda p: _ratio(p) if p[1] else ""))
+           Column("verdicts agree", lambda r: r.verdicts_agree, count_of),
+           Column("same peak alternated", lambda r: r.same_programs, lambda p: count_of(p) if p[1] else ""))
 
 
 def _detail(row: WildRow) -> list[str]:
@@ -211,8 +206,9 @@ def _detail(row: WildRow) -> list[str]:
             if row.alternation_error else
             f" The alternation compiled {row.compiles_after_context} graphs after the variants' first steps: its "
             "times are left out." if row.compiles_after_context else "")
-    lines = [f"**{row.row}**: {row.description}.{said}", "", "| variant | real peak MB | step ms, own process | step ms, "
-             "alternated | compile s | estimate said | difference to stock | as accurate | matches |",
+    lines = [f"**{row.row}**: {row.description}.{said}", "",
+             "| variant | real peak MB | step ms, own process | step ms, alternated | compile s | estimate said | "
+             "difference to stock | as accurate | matches |",
              "|---|---:|---:|---:|---:|---|---:|---|---|"]
     for v in (row.stock, *row.ours, *row.inductor):
         if not v.ok:
@@ -258,9 +254,10 @@ def wild_section(folder: Path = WILD) -> list[str]:
              "the first step's minus a steady step's, the real peak is one step's (the allocator's events; at each "
              "sequence length for the dynamic row). Step times: where `step times` says alternated, every variant "
              "of the row was compiled again side by side in one process and timed in rounds (21 by default, the "
-             "row's `alternated.rounds`) that call each once (`same peak alternated`: the variants whose real peak there equals their own process's, the same "
-             "program timed), and a step is compared with another by the median over rounds of the ratio of their "
-             "times; else the median of five steady steps of the variant's own process, which vary by up to 18% "
+             "row's `alternated.rounds`) that call each once (`same peak alternated`: the variants whose real peak "
+             "there equals their own process's, the same program timed), and a step is compared with another by "
+             "the median over rounds of the ratio of their times; else the median of five steady steps of the "
+             "variant's own process, which vary by up to 18% "
              "between processes for one program. `Inductor points matched`: for how many of Inductor's "
              "`activation_memory_budget` points one of ours has a real peak at or below it with a step at most 5% "
              "slower; `verdicts agree`: our records' verdict from the compiled graphs' "

@@ -17,7 +17,8 @@ a steady step's, and Dynamo's own count), the real peak of one step measured by 
 (the hook's session's :meth:`~reorder.inductor.Session.measure_step` for our variants, which puts the meter's
 verdict in the records; the dynamic row: one step per sequence length, the verdict at the first, the sizes it
 compiled at; with what eager code held in each phase, ``outside_by_phase``), the median of ``--rounds`` steady
-steps, and the records. ``--tensors``: the first step's loss and gradients are saved there (``torch.save``, read back with ``weights_only=True``) for the runner's accuracy check.
+steps, and the records. ``--tensors``: the first step's loss and gradients are saved there (``torch.save``, read
+back with ``weights_only=True``) for the runner's accuracy check.
 
 ``--alternate``: the variants compiled side by side in this process and timed in alternation (:func:`alternate`),
 the step times the runner compares; their compiles and real peaks are the fresh processes'.

@@ -25,5 +25,5 @@ from .step_graph import StepGraph, StepNodeSpec, build_step_graph
 from .step_peak import Held, StepPeak, step_peak
 
 __all__ = ["AllocationModel", "Candidate", "Choice", "Frontier", "Held", "Partition", "StepGraph", "StepNodeSpec",
-           "StepPeak", "build_step_graph", "candidate_of", "cheapest_partition", "frontier", "min_cut_source_side", "partition_of",
-           "segment_boundaries", "step_peak"]
+           "StepPeak", "build_step_graph", "candidate_of", "cheapest_partition", "frontier", "min_cut_source_side",
+           "partition_of", "segment_boundaries", "step_peak"]

@@ -178,8 +178,8 @@ def frontier(graph: StepGraph, stock: Candidate, prices: Sequence[Fraction | Non
     ``held`` and ``scaled``) and the frontier of the other candidates; ``held``: what the step holds beside the
     region (earlier regions, its other calls, eager code: :class:`~reorder.budget.step_peak.Held`); ``offered``:
     more saved sets by name (one that is not a valid partition is left out); ``resolution``: the least drop in
-    level, below every cheaper point, as a fraction of stock's estimate; ``scaled``: the same graph at larger sizes, each
-    candidate's level then counting its estimate there (see the module docstring)."""
+    level, below every cheaper point, as a fraction of stock's estimate; ``scaled``: the same graph at larger
+    sizes, each candidate's level then counting its estimate there (see the module docstring)."""
     seen = {stock.partition.saved}
     candidates = []
     plans = [((), price, f"price {price_label(price)}") for price in prices]
