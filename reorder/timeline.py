@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from itertools import chain
+from typing import Iterable, Iterator, Sequence
 
 from .graph import Graph
 from .sweep import live_bytes, peak_of
@@ -83,16 +84,10 @@ def lifetimes(graph: Graph, order: Sequence[int] | None = None) -> Lifetimes:
     step = [0] * graph.num_nodes
     for s, v in enumerate(order):
         step[v] = s
-    start: list[int] = []
-    end: list[int | None] = []
-    for b in range(graph.num_buffers):
-        p = graph.producer[b]
-        first = 0 if p is None else step[p]
-        start.append(first)
-        if graph.is_output[b]:
-            end.append(None)
-        else:
-            end.append(max((step[r] for r in graph.readers[b]), default=first))
+    step_of = step.__getitem__
+    start = [0 if p is None else step[p] for p in graph.producer]
+    end = [None if output else max(map(step_of, readers), default=first)
+           for output, readers, first in zip(graph.is_output, graph.readers, start)]
     return Lifetimes(order, tuple(step), tuple(start), tuple(end))
 
 
@@ -108,12 +103,10 @@ def estimate_peak_memory(graph: Graph, order: Sequence[int] | None = None) -> Ti
     return Timeline(life.order, peak, peak_step, tuple(live), life)
 
 
-def _changes(graph: Graph, life: Lifetimes) -> Iterator[tuple[int, int]]:
+def _changes(graph: Graph, life: Lifetimes) -> Iterable[tuple[int, int]]:
     """Inductor's estimate as changes of live bytes: each buffer allocated at its start, freed after its end."""
-    for b in range(graph.num_buffers):
-        yield life.start[b], graph.size_alloc[b]
-        if life.end[b] is not None:
-            yield life.end[b] + 1, -graph.size_free[b]
+    return chain(zip(life.start, graph.size_alloc),
+                 ((end + 1, -freed) for end, freed in zip(life.end, graph.size_free) if end is not None))
 
 
 def estimate_peak_memory_allocfree(graph: Graph, order: Sequence[int] | None = None) -> AllocFreeTimeline:

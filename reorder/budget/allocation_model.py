@@ -50,7 +50,8 @@ model's peak for the order kept is recorded beside theirs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Collection, Iterator, Mapping, Sequence
+from functools import cached_property
+from typing import Collection, Iterator, Mapping, NamedTuple, Sequence
 
 from ..graph import Graph
 from ..sweep import live_bytes, peak_of
@@ -132,48 +133,77 @@ class AllocationModel:
         """Per buffer, the bytes it allocates and frees once in-place writes and the reuse pool have handed
         storage from dead buffers to new ones (see the module docstring); ``estimate``: Inductor's of ``order``
         on :attr:`graph`."""
-        graph, reusable, life = self.graph, self.reusable, estimate.lifetimes
+        graph, rules = self.graph, self._rules
+        end = estimate.lifetimes.end
         judged = estimate if self.decided_by is None else estimate_peak_memory(self.decided_by, order)
         estimated = list(judged.live[:graph.num_nodes])  # Inductor's estimate per step, with the reuses' holds
-        allocates = [0 if b in self.local else size for b, size in enumerate(graph.size_alloc)]
-        frees = [0 if graph.is_output[b] or b in self.local else graph.size_free[b] for b in range(graph.num_buffers)]
+        allocates, frees = list(rules.allocates), list(rules.frees)
         handed = [False] * graph.num_buffers  # its storage went on to another buffer
         pool: dict[int, list[int]] = {}  # storage size -> buffers that died, most recent last
         dying: list[list[int]] = [[] for _ in range(graph.num_nodes)]
-        for b in range(graph.num_buffers):
-            if (life.end[b] is not None and reusable[b] and not graph.is_output[b]
-                    and (self.pooled_inputs or not graph.is_input[b])  # an input's free is a plain ``del``
-                    and b not in self.local):
-                dying[released[life.end[b]]].append(b)
+        for b in rules.pooled:
+            if end[b] is not None:
+                dying[released[end[b]]].append(b)
+        size_free, is_output = graph.size_free, graph.is_output
         for step, v in enumerate(order):
-            for k, b in enumerate(graph.outputs[v]):
-                size = graph.size_alloc[b]
-                if (graph.alias_of[b] is not None or graph.parent[b] is not None or graph.children[b] or not size
-                        or b in self.local):
-                    continue
-                taken = None
-                if self.generated[v]:  # a fused kernel's member may also write into an earlier member's output
-                    readable = graph.reads[v] if self.writable is None else \
-                        [x for x in (*graph.reads[v], *graph.outputs[v][:k]) if x in self.writable[b]]
-                    taken = next((x for x in readable if reusable[x] and not handed[x] and life.end[x] == step
-                                  and not graph.is_output[x] and x not in self.local  # a local one has no storage
-                                  and 0.95 * graph.size_free[x] <= size <= graph.size_free[x]),
-                                 None)
-                if taken is None and pool.get(size):
-                    held = range(released[life.end[pool[size][-1]]] + 1, step)  # steps its storage would be held
-                    if not held or size + max(estimated[t] for t in held) <= judged.peak:
-                        taken = pool[size].pop()
-                        for t in held:
+            for b, size, writes_into in rules.placed[v]:
+                taken = next((x for x in writes_into if end[x] == step and not handed[x]), None)
+                waiting = pool.get(size) if taken is None else None
+                if waiting:
+                    first_held = released[end[waiting[-1]]] + 1  # steps first_held .. step - 1 would hold it
+                    if first_held >= step or size + max(estimated[first_held:step]) <= judged.peak:
+                        taken = waiting.pop()
+                        for t in range(first_held, step):
                             estimated[t] += size
                 if taken is not None:  # b lives in taken's storage: nothing allocated, freed when b dies
                     handed[taken] = True
                     allocates[b] = 0
-                    frees[b] = 0 if graph.is_output[b] else frees[taken]
+                    frees[b] = 0 if is_output[b] else frees[taken]
                     frees[taken] = 0
             for x in dying[step]:
                 if not handed[x]:
-                    pool.setdefault(graph.size_free[x], []).append(x)
+                    pool.setdefault(size_free[x], []).append(x)
         return allocates, frees
+
+    @cached_property
+    def _rules(self) -> _Rules:
+        """What :meth:`_handed_on` needs that no order changes, worked out once per model."""
+        graph, reusable, local = self.graph, self.reusable, self.local
+        allocates = tuple(0 if b in local else size for b, size in enumerate(graph.size_alloc))
+        frees = tuple(0 if graph.is_output[b] or b in local else graph.size_free[b] for b in range(graph.num_buffers))
+        pooled = tuple(b for b in range(graph.num_buffers)
+                       if reusable[b] and not graph.is_output[b] and b not in local
+                       and (self.pooled_inputs or not graph.is_input[b]))  # an input's free is a plain ``del``
+        placed = []
+        for v, outputs in enumerate(graph.outputs):
+            mine = []
+            for k, b in enumerate(outputs):
+                size = graph.size_alloc[b]
+                if (graph.alias_of[b] is not None or graph.parent[b] is not None or graph.children[b] or not size
+                        or b in local):
+                    continue
+                writes_into: tuple[int, ...] = ()
+                if self.generated[v]:  # a fused kernel's member may also write into an earlier member's output
+                    readable = graph.reads[v] if self.writable is None else \
+                        [x for x in (*graph.reads[v], *outputs[:k]) if x in self.writable[b]]
+                    writes_into = tuple(x for x in readable if reusable[x] and not graph.is_output[x]
+                                        and x not in local  # a local one has no storage
+                                        and 0.95 * graph.size_free[x] <= size <= graph.size_free[x])
+                mine.append((b, size, writes_into))
+            placed.append(tuple(mine))
+        return _Rules(allocates, frees, pooled, tuple(placed))
+
+
+class _Rules(NamedTuple):
+    """An :class:`AllocationModel`'s rules as arrays: each buffer's bytes allocated and freed before any storage
+    is handed on, the buffers that go into the reuse pool when they die, and per node the outputs that may take
+    a dead buffer's storage (its size, and the buffers its kernel may write it into in place, first choice
+    first)."""
+
+    allocates: tuple[int, ...]
+    frees: tuple[int, ...]
+    pooled: tuple[int, ...]
+    placed: tuple[tuple[tuple[int, int, tuple[int, ...]], ...], ...]
 
 
 def storage_handed_on(graph: Graph, donated: Collection[str] = frozenset()) -> tuple[bool, ...]:
