@@ -21,6 +21,7 @@ from reorder.inductor.releases import SUPPORTED_RELEASES
 from reorder.inductor.rewrites import MIRRORED, REWRITES, applies
 from reorder.inductor.session import record_from_dict
 from reorder import inductor as hook
+from reorder.budget.frontier import budget_bytes_of, reaching_fraction
 from reorder.errors import ReorderError
 from reorder.inductor import BudgetPartitioner, HookOptions, PartitionRecord
 from reorder.budget import partition_of
@@ -517,6 +518,24 @@ def test_the_frontier_table_lists_every_reachable_point_with_its_fraction_and_ma
     assert stock.split()[:2] == ["1.000", "1.000"]
     assert chosen.split() == ["0.450", "0.600", "90", "B", "5", "+4", "<-", "chosen"]
     assert lowest.split() == ["0.450", "0.350", "90", "B", "9", "+8"] and "symbolic" in note
+
+
+def test_the_frontier_tables_fraction_reaches_its_point():
+    """A fraction rounded to the nearest can ask for a few bytes less than its point and choose the next one: the
+    eager-loss row's 36,980,744 B against stock's 47,220,744 B is 0.78314, and 0.783 asks for 36,973,842 B."""
+    stock_peak, point = 47_220_744, 36_980_744
+    record = PartitionRecord(graph="g", nodes=10, budget=0.5, budget_bytes=point, stock_peak=stock_peak, peak=point,
+                             feasible=True, source="price 1/64", saved_bytes=40, stock_saved_bytes=120, recomputed=3,
+                             stock_recomputed=1, recomputed_flops=5 * 10**9, stock_recomputed_flops=10**9,
+                             frontier=((5 * 10**9, point), (9 * 10**9, 33_035_272)))
+    session = hook.Session()
+    session.add(record)
+    rows = session.frontier().splitlines()[3:]
+    fractions = [float(row.split()[0]) for row in rows]
+    assert fractions == [1.0, 0.784, 0.7]
+    for fraction, peak in zip(fractions, (stock_peak, point, 33_035_272)):
+        assert budget_bytes_of(fraction, stock_peak) >= peak > budget_bytes_of(round(fraction - 0.001, 3), stock_peak)
+    assert reaching_fraction(90, 200) == 0.45 and reaching_fraction(1, 200) == 0.004
 
 
 # --- real compiles (slow): real peaks measured by the allocator ------------------------------------------------------

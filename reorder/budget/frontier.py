@@ -61,7 +61,7 @@ from .step_graph import StepGraph
 from .step_peak import ORDER_METHODS, Held, StepPeak, step_peak
 
 __all__ = ["PRICES", "RESOLUTION", "SEGMENT_PRICES", "Candidate", "Choice", "Frontier", "at_larger_sizes",
-           "candidate_of", "frontier", "price_label"]
+           "budget_bytes_of", "candidate_of", "frontier", "price_label", "reaching_fraction"]
 
 #: Prices of recomputation tried, in bytes saved per unit of cost: None (infinite: recompute nothing), powers of
 #: two from 16 down to 2**-24 (a matrix product of inner size k frees about 2/k bytes per operation, an attention
@@ -76,6 +76,24 @@ SEGMENT_PRICES: tuple[Fraction, ...] = (*(Fraction(2) ** k for k in range(4, -25
 #: (the estimate's error against the measured real peaks of recomputing partitions reached 5% on the real-model
 #: benchmark, in either direction).
 RESOLUTION = 0.05
+
+
+def budget_bytes_of(budget: int | float, stock_peak: int) -> int:
+    """The bytes a ``memory_budget`` asks for: an int is bytes; a float is that fraction of stock's estimated step
+    peak, rounded down (at least one byte)."""
+    return budget if isinstance(budget, int) else max(1, int(budget * stock_peak))
+
+
+def reaching_fraction(peak: int, stock_peak: int, digits: int = 3) -> float:
+    """The smallest fraction written with ``digits`` decimals whose budget (:func:`budget_bytes_of`) is at least
+    ``peak``: the ``memory_budget`` that reaches a point estimated at ``peak``. Rounded to the nearest instead,
+    it can fall a few bytes short and choose the next, costlier point (36,980,744 B of 47,220,744 B is 0.78314:
+    0.783 asks for 36,973,842 B)."""
+    scale = 10 ** digits
+    k = max(0, -(-peak * scale // max(stock_peak, 1)) - 1)
+    while budget_bytes_of(k / scale, stock_peak) < peak:
+        k += 1
+    return k / scale
 
 
 def price_label(price: Fraction | None) -> str:

@@ -60,7 +60,7 @@ import logging
 import threading
 import time
 
-from ..budget.frontier import Candidate, Frontier, at_larger_sizes, candidate_of, frontier
+from ..budget.frontier import Candidate, Frontier, at_larger_sizes, budget_bytes_of, candidate_of, frontier
 from ..budget.partition import partition_of
 from ..budget.step_graph import StepGraph
 from ..budget.step_peak import Held, donated_values, free_values, programs_of, step_peak
@@ -149,7 +149,7 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
         stock_peak = (stock_candidate.peak.peak - held_before
                       + sum(r.stock_saved_bytes * r.calls for r in earlier.values()))
         budget = self.options.memory_budget
-        budget_bytes = budget if isinstance(budget, int) else max(1, int(budget * stock_peak))
+        budget_bytes = budget_bytes_of(budget, stock_peak)
         lap("stock's estimate")
         scaled = None
         if budget_bytes >= stock_candidate.peak.peak:  # stock is the choice whatever the others reach

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, Union
 
+from ..budget.frontier import reaching_fraction
 from ..budget.step_peak import Held
 from ..errors import ReorderError
 from ..report import format_bytes, format_table
@@ -638,16 +639,17 @@ class Session:
     def frontier(self) -> str:
         """The points each budgeted region could reach, as a table a person can pick a budget from: per region,
         stock's partition and every cheaper-to-lower candidate the choice was made from (the record's
-        ``frontier``), with its estimated step peak, that peak as a fraction of stock's (the ``memory_budget``
-        that reaches it), the floating-point work its backward recomputes and what that adds to stock's; the
-        point the budget chose is marked. The lowest row is the lowest budget any partition is estimated to meet.
+        ``frontier``), with its estimated step peak, the smallest fraction of stock's that reaches it (the
+        ``memory_budget`` to ask for: :func:`~reorder.budget.frontier.reaching_fraction`), the floating-point
+        work its backward recomputes and what that adds to stock's; the point the budget chose is marked. The
+        lowest row is the lowest budget any partition is estimated to meet.
         """
         tables = []
         for r in self.partitions:
             points = [(r.stock_recomputed_flops, r.stock_peak), *r.frontier]
             levels = [r.stock_peak, *r.frontier_levels] if r.frontier_levels else []
-            rows = [[f"{peak / max(r.stock_peak, 1):.3f}",
-                     *([f"{levels[k] / max(r.stock_peak, 1):.3f}"] if levels else []), format_bytes(peak),
+            rows = [[f"{reaching_fraction(peak, r.stock_peak):.3f}",
+                     *([f"{reaching_fraction(levels[k], r.stock_peak):.3f}"] if levels else []), format_bytes(peak),
                      f"{cost / 1e9:.3g}", f"{(cost - r.stock_recomputed_flops) / 1e9:+.3g}",
                      "<- chosen" if (cost, peak) == (r.recomputed_flops, r.peak)
                      and (k == 0) == (r.source == "inductor") else ""]
