@@ -369,14 +369,14 @@ def test_an_attention_that_drops_nothing_may_be_recomputed_as_inductor_recompute
     primals = [v for v in range(graph.num_nodes) if graph.role[v] == "primal"]
     assert set(partition_of(graph, primals).recomputed) >= set(attention)  # a partition that recomputes it is valid
     # one that does drop stays random, by the argument or by its default
-    from reorder.inductor.joint_adapter import _without_dropout
+    from reorder.inductor.joint_adapter import draws_nothing
 
     fx = torch.fx.Graph()
     q = fx.placeholder("q")
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
-    assert [_without_dropout(fx.call_function(flash, args)) for args in ((q, q, q, 0.1), (q, q, q, 0.0), (q, q, q))] \
+    assert [draws_nothing(fx.call_function(flash, args)) for args in ((q, q, q, 0.1), (q, q, q, 0.0), (q, q, q))] \
         == [False, True, True]
-    assert not _without_dropout(fx.call_function(torch.ops.aten.native_dropout.default, (q, 0.0, True)))
+    assert not draws_nothing(fx.call_function(torch.ops.aten.native_dropout.default, (q, 0.0, True)))
 
 
 class TwoHeads(nn.Module):
@@ -518,6 +518,36 @@ def test_the_frontier_table_lists_every_reachable_point_with_its_fraction_and_ma
     assert stock.split()[:2] == ["1.000", "1.000"]
     assert chosen.split() == ["0.450", "0.600", "90", "B", "5", "+4", "<-", "chosen"]
     assert lowest.split() == ["0.450", "0.350", "90", "B", "9", "+8"] and "symbolic" in note
+
+
+def test_an_attention_our_choice_recomputes_saves_no_generator_state():
+    """Inductor's partitioner wraps every seeded op marked ``MUST_RECOMPUTE`` in ``run_and_save_rng_state`` and
+    saves the generator's state for the replay (5,056 B on CPU). An attention with ``dropout_p`` 0 draws nothing:
+    Inductor's own budget recomputes it with no state saved, and so must the partition our marks make (the
+    per-layer row's layers measured 20,224 B above Inductor's run of the same partition)."""
+    from torch._prims.rng_prims import run_and_save_rng_state
+
+    from reorder.inductor.partitioner import _min_cut_with_policies
+
+    made = []
+
+    def ours(gm, joint_inputs, **kwargs):
+        graph = step_graph_from_joint(gm, kwargs["num_fwd_outputs"], kwargs["static_lifetime_input_indices"])
+        primals = [v for v in range(graph.num_nodes) if graph.role[v] == "primal"]
+        partition = partition_of(graph, primals)  # recompute everything, the attention too
+        assert any(graph.node_names[v].startswith("_scaled_dot_product") for v in partition.recomputed)
+        made.append(_min_cut_with_policies(gm, joint_inputs, kwargs, graph, partition))
+        return made[-1]
+
+    model, x = Attention(dropout=0.0), torch.randn(2, 16, 32)
+    stock = run(step_of(model, min_cut_rematerialization_partition), model, x)
+    result = run(step_of(model, ours), model, x)
+    assert all(torch.equal(a, b) for a, b in zip(result, stock, strict=True))
+    forward, backward = made[0]
+    assert not [n for n in forward.graph.nodes if n.target is run_and_save_rng_state]
+    assert not [n for n in backward.graph.nodes if "rng_state" in n.name]
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    assert [n for n in backward.graph.nodes if n.target is flash]  # recomputed, from the saved inputs
 
 
 def test_the_frontier_tables_fraction_reaches_its_point():

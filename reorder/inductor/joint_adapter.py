@@ -36,7 +36,7 @@ from .fx_values import nbytes, numel, size_hint
 from .rewrites import applies
 from .scratch import scratch_bytes
 
-__all__ = ["inputs_not_channels_last", "parameter_gradient_bytes", "recompute_policy", "saved_names",
+__all__ = ["draws_nothing", "inputs_not_channels_last", "parameter_gradient_bytes", "recompute_policy", "saved_names",
            "step_graph_from_joint"]
 
 #: Views Inductor lowers as views though their schemas declare no alias.
@@ -90,11 +90,16 @@ def _flops(node) -> int | None:
     return None
 
 
-def _without_dropout(node) -> bool:
-    """Whether ``node`` is a seeded op whose only randomness is a dropout it is told not to apply: an attention
-    with ``dropout_p`` 0 (its default) draws nothing, so recomputing it gives the same values, as Inductor's
-    partitioner assumes when it recomputes one."""
-    arguments = node.target._schema.arguments
+def draws_nothing(node) -> bool:
+    """Whether ``node`` is an op tagged as seeded (``nondeterministic_seeded``) whose only randomness is a dropout
+    it is told not to apply: an attention with ``dropout_p`` 0 (its default) draws nothing, so recomputing it
+    gives the same values, as Inductor's partitioner assumes when it recomputes one."""
+    import torch
+
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload) or torch.Tag.nondeterministic_seeded not in target.tags:
+        return False
+    arguments = target._schema.arguments
     names = [a.name for a in arguments]
     if "dropout_p" not in names:
         return False
@@ -122,7 +127,7 @@ def _recomputable(node, op_types) -> bool:
     if not isinstance(target, torch._ops.OpOverload) or target.namespace not in ("aten", "prims"):
         return False  # collectives, higher-order, custom or Python ops: effects we cannot replay
     seeded = torch.Tag.nondeterministic_seeded in target.tags
-    drawless = seeded and _without_dropout(node)  # fx calls it impure for its tag alone
+    drawless = draws_nothing(node)  # fx calls it impure for its tag alone
     random = op_types.is_random(node) or (seeded and not drawless)
     replayed = recompute_policy(node) in (CheckpointPolicy.MUST_RECOMPUTE, CheckpointPolicy.PREFER_RECOMPUTE)
     if random:  # fx calls random ops impure too: their own rule
