@@ -60,6 +60,7 @@ import logging
 import threading
 import time
 from contextlib import contextmanager
+from typing import Callable
 
 from ..budget.frontier import Candidate, Frontier, at_larger_sizes, budget_bytes_of, candidate_of, frontier
 from ..budget.partition import partition_of
@@ -300,7 +301,31 @@ class _Chosen(Exception):
         self.names = names
 
 
-_stopping = threading.Lock()
+_patching = threading.Lock()
+
+
+@contextmanager
+def _in_this_thread(replacements: dict[str, Callable[[Callable], Callable]]):
+    """While the block runs, each function of ``torch._functorch.partitioners`` named in ``replacements`` is, for
+    calls from this thread, the one its factory makes from the original (``replacements[name](original)``);
+    calls from any other thread, a compile running meanwhile, get the original. A name the running torch does
+    not have is left out. The originals are back when the block ends; one block patches at a time."""
+    import torch._functorch.partitioners as partitioners
+
+    caller = threading.get_ident()
+    with _patching:
+        originals = {name: getattr(partitioners, name) for name in replacements if hasattr(partitioners, name)}
+
+        def routed(original, mine):
+            return lambda *args, **kwargs: (mine if threading.get_ident() == caller else original)(*args, **kwargs)
+
+        for name, original in originals.items():
+            setattr(partitioners, name, routed(original, replacements[name](original)))
+        try:
+            yield
+        finally:
+            for name, original in originals.items():
+                setattr(partitioners, name, original)
 
 
 def _inductor_choices(gm, joint_inputs, kwargs: dict, budgets) -> dict[float, list[str]]:
@@ -317,26 +342,21 @@ def _inductor_choices(gm, joint_inputs, kwargs: dict, budgets) -> dict[float, li
       subexpression left (a graph the pass did not make is passed through it as before).
 
     Only this thread's calls are changed; a compile in another thread meanwhile runs the partitioner as is."""
-    import torch._functorch.partitioners as partitioners
     from torch.utils._ordered_set import OrderedSet
 
     found: dict[float, list[str]] = {}
-    with _stopping:
-        extract, solve = partitioners._extract_fwd_bwd_modules, partitioners.solve_min_cut
-        cse = getattr(partitioners, "fx_graph_cse", None)
-        caller, cuts, made_by_cse = threading.get_ident(), {}, []
+    cuts, made_by_cse = {}, []
 
-        def stop(joint_module, saved_values, *args, **kwargs):
-            if threading.get_ident() != caller:
-                return extract(joint_module, saved_values, *args, **kwargs)
+    def stop(extract):
+        def stopped(joint_module, saved_values, *args, **kwargs):
             # the size symbols it saves beside them (dynamic shapes: an attention's sequence-length outputs)
             # are saved values too; without them the backward would seem to recompute what computed them
             sym_nodes = args[0] if args else kwargs.get("saved_sym_nodes", ())
             raise _Chosen([node.name for node in (*saved_values, *sym_nodes)])
+        return stopped
 
-        def remembered(joint_graph, node_info, min_cut_options, dont_ban=None):
-            if threading.get_ident() != caller:
-                return solve(joint_graph, node_info, min_cut_options, dont_ban)
+    def remembered(solve):
+        def solved(joint_graph, node_info, min_cut_options, dont_ban=None):
             key = (repr(min_cut_options), tuple(sorted(node.name for node in dont_ban or ())))
             if key not in cuts:
                 saved, banned = solve(joint_graph, node_info, min_cut_options, dont_ban)
@@ -344,35 +364,29 @@ def _inductor_choices(gm, joint_inputs, kwargs: dict, budgets) -> dict[float, li
             by_name = {node.name: node for node in joint_graph.nodes}  # each run makes its graph anew
             saved, banned = cuts[key]
             return [by_name[name] for name in saved], OrderedSet(by_name[name] for name in banned)
+        return solved
 
-        def once(fx_graph, *args, **options):
+    def once(cse):
+        def eliminated(fx_graph, *args, **options):
             # 2.14 adds ``extra_node_key``, made anew by each run, which keeps a forward-only value apart from
             # one the backward needs. A graph the pass made with it has no pair left to merge under the next
             # run's key (a forward-only node's users are forward-only too), so a graph counts as done for the
             # same options by name, not by the key function's identity.
-            if threading.get_ident() != caller:
-                return cse(fx_graph, *args, **options)
             asked = (len(args), sorted(options))
             if any(fx_graph is made and asked == made_with for made, made_with in made_by_cse):
                 return fx_graph
             made_by_cse.append((cse(fx_graph, *args, **options), asked))
             return made_by_cse[-1][0]
+        return eliminated
 
-        partitioners._extract_fwd_bwd_modules, partitioners.solve_min_cut = stop, remembered
-        if cse is not None:
-            partitioners.fx_graph_cse = once
-        try:
-            for budget in budgets:
-                try:
-                    forward = _inductor_partition(gm, joint_inputs, kwargs, budget)[0]
-                except _Chosen as chosen:
-                    found[budget] = chosen.names
-                else:  # a torch whose partitioner builds its graphs otherwise
-                    found[budget] = saved_names(forward, kwargs["num_fwd_outputs"], gm)
-        finally:
-            partitioners._extract_fwd_bwd_modules, partitioners.solve_min_cut = extract, solve
-            if cse is not None:
-                partitioners.fx_graph_cse = cse
+    with _in_this_thread({"_extract_fwd_bwd_modules": stop, "solve_min_cut": remembered, "fx_graph_cse": once}):
+        for budget in budgets:
+            try:
+                forward = _inductor_partition(gm, joint_inputs, kwargs, budget)[0]
+            except _Chosen as chosen:
+                found[budget] = chosen.names
+            else:  # a torch whose partitioner builds its graphs otherwise
+                found[budget] = saved_names(forward, kwargs["num_fwd_outputs"], gm)
     return found
 
 
@@ -422,27 +436,20 @@ def _replayed_without_state(names: frozenset[str]):
     state for the backward's replay (5,056 B a call on CPU). Inductor's own budget recomputes the same attention
     with no mark and saves no state; our marks must not add it: the per-layer row's layers with Inductor's own
     0.4 partition measured 20,224 B above Inductor's run of it (four calls)."""
-    import torch._functorch.partitioners as partitioners
+
+    def unmarked(functionalize):
+        def functionalized(joint_module, *args, **kwargs):
+            held = {node: node.meta.pop("recompute") for node in joint_module.graph.nodes
+                    if node.name in names and "recompute" in node.meta}
+            try:
+                return functionalize(joint_module, *args, **kwargs)
+            finally:
+                for node, policy in held.items():
+                    node.meta["recompute"] = policy
+        return functionalized
 
     if not names:
         yield
         return
-    with _stopping:
-        functionalize, caller = partitioners.functionalize_rng_ops, threading.get_ident()
-
-        def plain(joint_module, *args, **kwargs):
-            if threading.get_ident() != caller:
-                return functionalize(joint_module, *args, **kwargs)
-            unmarked = {node: node.meta.pop("recompute") for node in joint_module.graph.nodes
-                        if node.name in names and "recompute" in node.meta}
-            try:
-                return functionalize(joint_module, *args, **kwargs)
-            finally:
-                for node, policy in unmarked.items():
-                    node.meta["recompute"] = policy
-
-        partitioners.functionalize_rng_ops = plain
-        try:
-            yield
-        finally:
-            partitioners.functionalize_rng_ops = functionalize
+    with _in_this_thread({"functionalize_rng_ops": unmarked}):
+        yield
