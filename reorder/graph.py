@@ -225,16 +225,22 @@ class Graph:
 
     def with_free_inputs(self, names: Iterable[str]) -> Graph:
         """This graph with the inputs named in ``names`` at zero bytes (values that live before the program and
-        stay after it, such as parameters, which its peak above its start does not count); sizes at the hints
-        (the size expressions are dropped). Same nodes, buffers and ids."""
+        stay after it, such as parameters, which its peak above its start does not count), at every point of a
+        symbolic graph's sizes (:meth:`at`). Same nodes, buffers and ids."""
         wanted = set(names)
         free = {b for b, name in enumerate(self.buffer_names) if self.is_input[b] and name in wanted}
         if not free:
             return self
         zeroed = lambda sizes: tuple(0 if b in free else s for b, s in enumerate(sizes))  # noqa: E731
+        exprs = self.size_exprs
+        if exprs is not None:
+            exprs = dataclasses.replace(exprs, size=zeroed(exprs.size), size_alloc=zeroed(exprs.size_alloc),
+                                        size_free=zeroed(exprs.size_free))
         return dataclasses.replace(self, size=zeroed(self.size), size_alloc=zeroed(self.size_alloc),
-                                   size_free=zeroed(self.size_free), symbolic_size=(None,) * self.num_buffers,
-                                   size_exprs=None)
+                                   size_free=zeroed(self.size_free),
+                                   symbolic_size=tuple(None if b in free else t for b, t in
+                                                       enumerate(self.symbolic_size)),
+                                   size_exprs=exprs)
 
     def size_text(self, b: int, field: str = "size") -> int | str:
         """Buffer ``b``'s ``size``, ``size_alloc`` or ``size_free`` as a graph file writes it: the expression's

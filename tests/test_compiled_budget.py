@@ -274,21 +274,48 @@ def test_nodes_move_while_what_the_generated_code_allocates_falls():
     assert allocated_peak(g, [0, 1, 2, 3], GELU_GENERATED, reusable) == 2710
     # the same estimate either way: Inductor's model cannot tell the two orders apart
     assert estimate_peak_memory(g, [0, 1, 2, 3]).peak == estimate_peak_memory(g, [1, 2, 0, 3]).peak == 3010
-    assert lower_allocated_peak(gelu_model, [[0, 1, 2, 3]], lambda order: True) == (
-        [1, 2, 0, 3], 2110, 0)
+    assert lower_allocated_peak([gelu_model], [[0, 1, 2, 3]], lambda order: True) == (
+        [1, 2, 0, 3], 2110, (), 0)
     # the caller's ceiling holds every move back, and so does a count of no replays
-    assert lower_allocated_peak(gelu_model, [[0, 1, 2, 3]], lambda order: False) == (
-        [0, 1, 2, 3], 2710, 0)
-    assert lower_allocated_peak(gelu_model, [[0, 1, 2, 3]], lambda order: True,
-                                evaluations=0) == ([0, 1, 2, 3], 2710, 0)
-    moved = lower_allocated_peak(gelu_model, [[0, 1, 2, 3]], lambda order: True).order
+    assert lower_allocated_peak([gelu_model], [[0, 1, 2, 3]], lambda order: False) == (
+        [0, 1, 2, 3], 2710, (), 0)
+    assert lower_allocated_peak([gelu_model], [[0, 1, 2, 3]], lambda order: True,
+                                evaluations=0) == ([0, 1, 2, 3], 2710, (), 0)
+    moved = lower_allocated_peak([gelu_model], [[0, 1, 2, 3]], lambda order: True).order
     g.check_order(moved)
     # a later start's lower minimum is kept (here no move is allowed: each start is its own minimum), but only
     # with replays left once the searches before it are done
-    assert lower_allocated_peak(gelu_model, [[0, 1, 2, 3], [1, 2, 0, 3]], lambda order: False) == (
-        [1, 2, 0, 3], 2110, 1)
-    assert lower_allocated_peak(gelu_model, [[0, 1, 2, 3], [1, 2, 0, 3]], lambda order: False,
-                                evaluations=4) == ([0, 1, 2, 3], 2710, 0)
+    assert lower_allocated_peak([gelu_model], [[0, 1, 2, 3], [1, 2, 0, 3]], lambda order: False) == (
+        [1, 2, 0, 3], 2110, (), 1)
+    assert lower_allocated_peak([gelu_model], [[0, 1, 2, 3], [1, 2, 0, 3]], lambda order: False,
+                                evaluations=4) == ([0, 1, 2, 3], 2710, (), 0)
+
+
+def test_a_node_move_on_a_symbolic_graph_is_judged_at_every_point():
+    """Running ``v`` first ends the 100 B input before the 1000 B buffer ``Q`` is made, and makes ``v``'s
+    ``5*s`` bytes live beside ``Q``: lower at the hint (s = 10: 1,051 B against 1,101 B) and higher where ``s`` is
+    large (s = 1000: 6,001 B against 5,101 B). Judged at the hint alone the move is kept; judged at every point
+    of the sizes' range, as the reorder pass does, it is not. The free input stays at zero bytes at every point."""
+    g = build_graph([NodeSpec("q", [BufferSpec("Q", 1000)]), NodeSpec("w", [BufferSpec("W", 1)], reads=["Q"]),
+                     NodeSpec("v", [BufferSpec("O", "5*s")], reads=["I"]),
+                     NodeSpec("z", [BufferSpec("out", 1)], reads=["O", "W", "parameter"])],
+                    [InputSpec("I", 100), InputSpec("parameter", "8*s")], ["out"], size_hints={"s": 10},
+                    size_ranges={"s": [2, 1000]})
+    model = AllocationModel.build(g, [False] * 4, free_inputs={"parameter"})
+    points = g.evaluation_points()
+    assert [label for label, _ in points] == ["hint", "lower", "x2", "x4", "high"]
+    models = [model.at(point) for _, point in points]
+    assert [m.peak([0, 1, 2, 3]) for m in models] == [1101, 1101, 1101, 1101, 5101]
+    assert [m.peak([2, 0, 1, 3]) for m in models] == [1051, 1011, 1101, 1201, 6001]
+    assert lower_allocated_peak(models[:1], [[0, 1, 2, 3]], lambda order: True) == ([2, 0, 1, 3], 1051, (), 0)
+    assert lower_allocated_peak(models, [[0, 1, 2, 3]], lambda order: True) == (
+        [0, 1, 2, 3], 1101, (1101, 1101, 1101, 5101), 0)
+    # lower at the hint and higher at no other point is kept: at s = 2 the move also lowers; lower elsewhere
+    # but not at the hint is not
+    assert lower_allocated_peak(models[:2], [[0, 1, 2, 3]], lambda order: True) == ([2, 0, 1, 3], 1051, (1011,), 0)
+    # (with s = 20 as the hint, running v after w again is lower at s = 1000 only: not kept)
+    assert lower_allocated_peak([models[2], models[4]], [[2, 0, 1, 3]], lambda order: True) == (
+        [2, 0, 1, 3], 1101, (6001,), 0)
 
 
 def test_a_budgeted_graph_is_ordered_by_what_its_generated_code_allocates():

@@ -49,6 +49,7 @@ model's peak for the order kept is recorded beside theirs.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Collection, Iterator, Mapping, NamedTuple, Sequence
@@ -112,6 +113,14 @@ class AllocationModel:
         return cls(graph, tuple(generated), storage_handed_on(graph, donated), during if any(during) else None,
                    decided_by, tuple(grouped) if grouped is not None else None, into,
                    frozenset(index[b] for b in local if b in index), pooled_inputs)
+
+    def at(self, point: Mapping[str, int]) -> AllocationModel:
+        """This model with a symbolic graph's sizes at ``point`` (:meth:`~reorder.graph.Graph.at`); each kernel's
+        scratch stays as measured. A model of constant sizes is its own value."""
+        if not self.graph.is_symbolic:
+            return self
+        decided_by = self.decided_by.at(point) if self.decided_by is not None else None
+        return dataclasses.replace(self, graph=self.graph.at(point), decided_by=decided_by)
 
     def peak(self, order: Sequence[int]) -> int:
         """The peak bytes the generated code allocates when it runs ``order``."""

@@ -16,8 +16,17 @@ predecessors and successors allow, and halfway to each; a move is kept
 when it lowers the allocated peak (:meth:`~reorder.budget.allocation_model.AllocationModel.peak`)
 and the caller's ``allowed`` accepts the new order (the reorder pass keeps
 Inductor's estimate at or under stock's). Passes repeat until one moves
-nothing or the count of replays (``evaluations``) is spent: the same graph
-gives the same order on any machine.
+nothing or the count of candidate orders (``evaluations``) is judged: the
+same graph gives the same order on any machine.
+
+On a graph with size symbols the peak is judged at every point its sizes
+are checked at (:meth:`~reorder.graph.Graph.evaluation_points`): a move is
+kept when it lowers the peak at the size hints and raises it at no other
+point, so that an order the hints favour costs nothing at the sizes the
+program also runs at. A candidate no lower at the hints is refused after
+one replay: most moves leave the peak where it is, and judging those at
+every point cost 8 s more on the backward of a ``dynamic=True`` decoder
+(nine points) where the search now costs what it does on a static graph.
 
 One start ends in one local minimum. The search runs from each of the
 caller's starts in turn (the reorder pass gives its candidate orders, best
@@ -45,38 +54,65 @@ EVALUATIONS = 2000
 
 
 class Moved(NamedTuple):
-    """What :func:`lower_allocated_peak` kept: the order, its allocated peak, and the index of its start."""
+    """What :func:`lower_allocated_peak` kept: the order, its allocated peak at the size hints and at the other
+    points of a symbolic graph, and the index of its start."""
 
     order: list[int]
     peak: int
+    peaks_elsewhere: tuple[int, ...]
     start: int
 
 
-def lower_allocated_peak(model: AllocationModel, starts: Sequence[Sequence[int]],
+def lower_allocated_peak(models: Sequence[AllocationModel], starts: Sequence[Sequence[int]],
                          allowed: Callable[[list[int]], bool], evaluations: int = EVALUATIONS) -> Moved:
-    """The order of lowest allocated peak that moves from ``starts`` reach (see the module docstring): the search
-    runs from each start in turn, the first with the whole count of replays and each next one with what the
-    searches before it left, a later start's result kept only when its peak is lower (the first start itself
-    when no move helps)."""
-    best = Moved(list(starts[0]), model.peak(starts[0]), 0)
+    """The order of lowest allocated peak that moves from ``starts`` reach (see the module docstring), judged by
+    ``models``: one graph's model at each point its sizes are checked at, the size hints first (one model for a
+    graph of constant sizes). A move is kept when it lowers the peak at the hints and raises it at no other
+    point. The search runs from each start in turn, the first with the whole count of candidate orders and each
+    next one with what the searches before it left, a later start's result kept only when it is lower in the
+    same sense than the order kept so far (the first start itself when no move helps)."""
+    best = Moved(list(starts[0]), *_peaks(models, starts[0]), 0)
     left = evaluations
     for index, start in enumerate(starts):
         if left <= 0:
             break
-        found, peak, spent = _descend(model, start, allowed, left)
+        found, peaks, spent = _descend(models, start, allowed, left)
         left -= spent
-        if peak < best.peak:
-            best = Moved(found, peak, index)
+        if _lower(peaks, (best.peak, *best.peaks_elsewhere)):
+            best = Moved(found, peaks[0], tuple(peaks[1:]), index)
     return best
 
 
-def _descend(model: AllocationModel, order: Sequence[int], allowed: Callable[[list[int]], bool],
-             evaluations: int) -> tuple[list[int], int, int]:
-    """First-improvement moves from ``order`` until a pass moves nothing or ``evaluations`` replays are spent:
-    the order reached, its allocated peak and the replays spent."""
-    graph = model.graph
+def _peaks(models: Sequence[AllocationModel], order: Sequence[int]) -> tuple[int, tuple[int, ...]]:
+    peaks = [model.peak(order) for model in models]
+    return peaks[0], tuple(peaks[1:])
+
+
+def _lower(peaks: Sequence[int], than: Sequence[int]) -> bool:
+    """Lower at the hints (the first point) and higher at no other point."""
+    return peaks[0] < than[0] and all(p <= q for p, q in zip(peaks, than))
+
+
+def _judged(models: Sequence[AllocationModel], candidate: Sequence[int], current: Sequence[int]) -> list[int] | None:
+    """The candidate's peak at every point when it is lower than ``current``'s (:func:`_lower`), else None;
+    replayed point by point, hint first, up to the first point where it is not lower at the hint or higher
+    elsewhere."""
+    peaks = []
+    for model, peak in zip(models, current):
+        candidate_peak = model.peak(candidate)
+        if candidate_peak > peak or (not peaks and candidate_peak == peak):
+            return None
+        peaks.append(candidate_peak)
+    return peaks
+
+
+def _descend(models: Sequence[AllocationModel], order: Sequence[int], allowed: Callable[[list[int]], bool],
+             evaluations: int) -> tuple[list[int], list[int], int]:
+    """First-improvement moves from ``order`` until a pass moves nothing or ``evaluations`` candidate orders
+    are judged: the order reached, its allocated peak at each point and the orders judged."""
+    graph = models[0].graph
     current = list(order)
-    peak = model.peak(current)
+    peaks = [model.peak(current) for model in models]
     spent, moved = 0, True
     while moved and spent < evaluations:
         moved = False
@@ -87,16 +123,16 @@ def _descend(model: AllocationModel, order: Sequence[int], allowed: Callable[[li
             latest = min((position[u] for u in graph.succs[v]), default=len(current)) - 1
             for j in sorted({earliest, (earliest + i) // 2, (i + latest + 1) // 2, latest} - {i}):
                 if spent >= evaluations:
-                    return current, peak, spent
+                    return current, peaks, spent
                 candidate = current[:i] + current[i + 1:]
                 candidate.insert(j, v)
                 spent += 1
-                candidate_peak = model.peak(candidate)
-                if candidate_peak < peak and allowed(candidate):
-                    current, peak, moved = candidate, candidate_peak, True
+                candidate_peaks = _judged(models, candidate, peaks)
+                if candidate_peaks is not None and allowed(candidate):
+                    current, peaks, moved = candidate, candidate_peaks, True
                     position = _positions(current)
                     break
-    return current, peak, spent
+    return current, peaks, spent
 
 
 def _positions(order: Sequence[int]) -> list[int]:

@@ -283,8 +283,9 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, options
         starts: dict[tuple[int, ...], str] = {}
         for *_, start_method, candidate in scored:  # best first, each distinct order once
             starts.setdefault(tuple(candidate), start_method)
-        moved = lower_allocated_peak(allocation, [list(o) for o in starts], no_higher_than_stock)
-        if moved.peak < allocated_peak:
+        models = [allocation.at(point) for _, point in points]
+        moved = lower_allocated_peak(models, [list(o) for o in starts], no_higher_than_stock)
+        if moved.order != order:
             allocated_peak, order, method = moved.peak, moved.order, f"moved_{list(starts.values())[moved.start]}"
             real_peak = estimate_peak_memory(real_graph, order).peak
             peak = estimate_peak_memory(graph, order).peak
