@@ -517,6 +517,30 @@ def test_with_symbolic_sizes_the_frontier_is_built_at_larger_sizes():
     assert all(static.level(p) == p.peak.peak for p in (static.stock, *static.points))
 
 
+def test_with_symbolic_sizes_a_budget_below_every_estimate_at_the_hints_gets_the_cheapest_point_its_level_meets():
+    """Three points share the lowest estimate at the hints (950 B) and differ at the larger sizes (levels 850, 600
+    and 500 B), as five of six do on a ``dynamic=True`` decoder's step. A budget below 950 B is met by none; it
+    got the lowest point whatever its level asked, and now gets the cheapest of the three whose level meets it
+    (not feasible: its estimate at the hints is above the budget). The choice stays monotone."""
+    import types
+
+    from reorder.budget.frontier import Candidate
+
+    def point(cost, peak, scaled):
+        return Candidate(types.SimpleNamespace(cost=cost), types.SimpleNamespace(peak=peak), f"cost {cost}", scaled)
+
+    stock = point(0, 1000, 2000)
+    front = Frontier(stock, (point(1, 990, 1800), point(2, 950, 1700), point(3, 950, 1200), point(4, 950, 1000)))
+    assert [front.level(p) for p in front.points] == [900, 850, 600, 500]
+    assert front.choose(960).candidate.source == "cost 2" and front.choose(960).feasible  # both met
+    assert [(front.choose(b).candidate.source, front.choose(b).feasible) for b in (900, 850, 700, 600, 550, 400)] == [
+        ("cost 2", False), ("cost 2", False), ("cost 3", False), ("cost 3", False), ("cost 4", False),
+        ("cost 4", False)]
+    chosen = [front.choose(budget) for budget in range(1010, 0, -7)]
+    assert all(front.level(a.candidate) >= front.level(b.candidate) for a, b in zip(chosen, chosen[1:]))
+    assert all(a.candidate.peak.peak >= b.candidate.peak.peak for a, b in zip(chosen, chosen[1:]))
+
+
 def test_with_symbolic_sizes_a_point_above_stock_at_the_hints_is_never_in_the_frontier(monkeypatch):
     """A candidate far lower at twice the sizes but above stock's estimate at the hints would be chosen and then
     refused by the partitioner (never above stock's estimate), which kept stock's partition on BERT compiled with

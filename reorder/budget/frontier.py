@@ -26,7 +26,9 @@ memory), and
 * stock itself when the budget is at least stock's estimate (the compile is
   then exactly Inductor's);
 * else the cheapest frontier point within the budget;
-* else the lowest point (the budget cannot be met: ``feasible`` is False).
+* else the lowest point (the budget cannot be met: ``feasible`` is False;
+  where sizes are symbolic, the cheapest point that meets it at larger
+  sizes, see below).
 
 Where sizes are symbolic (a compile with dynamic shapes), the estimates at the
 size hints (the sizes of the call that compiled) say little about larger
@@ -37,12 +39,23 @@ frontier is built on each candidate's *level*: its estimate there, scaled
 by stock's ratio between the two sizes (so a level is in the hints' bytes,
 and a fraction of stock's level is the same fraction of stock's estimate at
 the larger sizes). A candidate above stock's estimate at the hints is left
-out (the partitioner never goes above it), a point meets a budget where its
-level and its estimate at the hints both do, and when none does, the lowest
-level is chosen. Without ``scaled`` the level is the estimate.
+out (the partitioner never goes above it), and a point meets a budget where
+its level and its estimate at the hints both do. When none does, the budget
+asks at the hints for less than any partition is estimated to reach there,
+and the least is what it gets: among the points of the lowest estimate at
+the hints, the cheapest whose level meets the budget (``feasible`` stays
+False: the hints' estimate is above it); when none of those does either, the
+lowest level. On a ``dynamic=True`` decoder's step, five of the frontier's
+six points share one estimate at the hints and differ only at twice them:
+a budget between their levels got the lowest (the most recomputation)
+rather than the cheapest point that meets it at the larger sizes. Without
+``scaled`` the level is the estimate, and the rule is the one above.
 
 A smaller budget therefore never gets a higher level: a point meeting it
-meets every larger budget, and the cheapest of those has the higher level.
+meets every larger budget, and the cheapest of those has the higher level;
+a point chosen by its level alone has the lowest estimate at the hints, so
+a larger budget at or above that estimate is met by it in both, and gets it
+or a cheaper point of a higher level.
 Everything here is a count (the prices, our ordering methods' effort), so one step graph
 (with its measured scratch) gives the same choice on any machine.
 """
@@ -156,6 +169,10 @@ class Frontier:
         for point in self.points:
             if self.level(point) <= budget and point.peak.peak <= budget:
                 return Choice(point, budget, True)
+        least = min((point.peak.peak for point in self.points), default=None)
+        for point in self.points:  # the hints' estimate cannot be met: the least of it, and the level decides
+            if point.peak.peak == least and self.level(point) <= budget:
+                return Choice(point, budget, False)
         return Choice(self.lowest, budget, False)
 
 
