@@ -195,6 +195,40 @@ def test_the_cheapest_partition_beats_every_valid_saved_set(graph, price):
             assert objective(graph, best, price) <= objective(graph, other, price)
 
 
+@settings(max_examples=80)
+@given(step_graphs(), st.data())
+def test_the_nested_cuts_give_every_prices_own_cheapest_partition(graph, data):
+    """The frontier's prices are cut where neighbours' forward sides differ only (:func:`cheapest_partitions`);
+    each price still gets exactly the partition its own minimum cut gives, with a segment's kept nodes too."""
+    from reorder.budget.frontier import PRICES, SEGMENT_PRICES
+    from reorder.budget.partition import cheapest_partitions
+
+    forward = [v for v in range(graph.num_nodes) if graph.role[v] == "forward"]
+    kept = data.draw(st.lists(st.sampled_from(forward), max_size=2, unique=True))
+    for prices, keep in ((PRICES, ()), (SEGMENT_PRICES, kept)):
+        try:
+            expected = [cheapest_partition(graph, price, keep) for price in prices]
+        except ReorderError:
+            with pytest.raises(ReorderError):
+                cheapest_partitions(graph, prices, keep)
+            continue
+        assert cheapest_partitions(graph, prices, keep) == expected
+
+
+def test_the_nested_cuts_cut_fewer_times_than_there_are_prices(monkeypatch):
+    import reorder.budget.partition as partition_module
+
+    from reorder.budget.frontier import PRICES
+
+    graph = layers(6)
+    expected = [cheapest_partition(graph, price) for price in PRICES]
+    cuts = []
+    original = partition_module._forward_side
+    monkeypatch.setattr(partition_module, "_forward_side", lambda *args: cuts.append(args[1]) or original(*args))
+    assert partition_module.cheapest_partitions(graph, PRICES) == expected
+    assert len(set(p.saved for p in expected)) <= len(cuts) < len(PRICES) // 2
+
+
 # --- the step's estimated peak --------------------------------------------------------------------------------------
 
 

@@ -68,7 +68,7 @@ from fractions import Fraction
 from typing import Iterable, Mapping, Sequence
 
 from ..errors import ReorderError
-from .partition import Partition, cheapest_partition, partition_of
+from .partition import Partition, cheapest_partitions, partition_of
 from .segments import SEGMENTS, segment_boundaries
 from .step_graph import StepGraph
 from .step_peak import ORDER_METHODS, Held, StepPeak, step_peak
@@ -217,11 +217,12 @@ def frontier(graph: StepGraph, stock: Candidate, prices: Sequence[Fraction | Non
     sizes, each candidate's level then counting its estimate there (see the module docstring)."""
     seen = {stock.partition.saved}
     candidates = []
-    plans = [((), price, f"price {price_label(price)}") for price in prices]
+    partitions = list(zip(cheapest_partitions(graph, prices), (f"price {price_label(p)}" for p in prices)))
     for count in segments:
         kept = segment_boundaries(graph, count)
-        plans += [(kept, price, f"{count} segments, price {price_label(price)}") for price in segment_prices if kept]
-    partitions = [(cheapest_partition(graph, price, kept), source) for kept, price, source in plans]
+        if kept:
+            partitions += zip(cheapest_partitions(graph, segment_prices, kept),
+                              (f"{count} segments, price {price_label(p)}" for p in segment_prices))
     for source, saved in (offered or {}).items():
         try:
             partitions.append((partition_of(graph, saved), source))

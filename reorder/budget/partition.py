@@ -27,13 +27,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from ..errors import ReorderError
 from .mincut import min_cut_source_side
 from .step_graph import StepGraph
 
-__all__ = ["Partition", "cheapest_partition", "partition_of"]
+__all__ = ["Partition", "cheapest_partition", "cheapest_partitions", "partition_of"]
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,52 @@ def cheapest_partition(graph: StepGraph, price: Fraction | None, kept: Iterable[
     ``out(v)`` to the sink). Ties go to the smallest set of nodes on the
     forward's side of the cut, so the answer is unique.
     """
+    return _partition_of_side(graph, _forward_side(graph, price, tuple(kept)))
+
+
+def cheapest_partitions(graph: StepGraph, prices: Sequence[Fraction | None], kept: Iterable[int] = ()
+                        ) -> list[Partition]:
+    """:func:`cheapest_partition` at each of ``prices`` (in their order), with fewer minimum cuts.
+
+    Only the edges from the source grow with the price (``price x cost``; the
+    others are bytes, or infinite), so the smallest forward side of a minimum
+    cut grows with it (Gallo, Grigoriadis and Tarjan, 1989: the minimum cuts
+    of such a parametric network are nested). Where two prices give the same
+    forward side, every price between them gives it too, and its cut is not
+    computed: the finite prices are cut at the two ends of their range and then
+    halfway between any two neighbours whose sides differ. On the frontier's
+    prices, most neighbours agree. The infinite price is cut on its own.
+    """
+    kept = tuple(kept)
+    finite = sorted({p for p in prices if p is not None}, reverse=True)
+    sides: dict[Fraction | None, tuple[bool, ...]] = {}
+    if finite:
+        for price in (finite[0], finite[-1]):
+            sides[price] = _forward_side(graph, price, kept)
+        spans = [(0, len(finite) - 1)]
+        while spans:
+            high, low = spans.pop()
+            if low - high < 2:
+                continue
+            if sides[finite[high]] == sides[finite[low]]:
+                for k in range(high + 1, low):
+                    sides[finite[k]] = sides[finite[high]]
+                continue
+            middle = (high + low) // 2
+            sides[finite[middle]] = _forward_side(graph, finite[middle], kept)
+            spans += [(high, middle), (middle, low)]
+    if None in prices:
+        sides[None] = _forward_side(graph, None, kept)
+    made: dict[tuple[bool, ...], Partition] = {}
+    for side in sides.values():
+        if side not in made:
+            made[side] = _partition_of_side(graph, side)
+    return [made[sides[p]] for p in prices]
+
+
+def _forward_side(graph: StepGraph, price: Fraction | None, kept: tuple[int, ...]) -> tuple[bool, ...]:
+    """The smallest source side of the minimum cut of :func:`cheapest_partition`'s network, one flag per vertex
+    (``2v``: ``in(v)``, ``2v + 1``: ``out(v)``)."""
     if price is not None and price < 0:
         raise ReorderError(f"price of recomputation {price}: expected >= 0")
     n = graph.num_nodes
@@ -156,5 +202,10 @@ def cheapest_partition(graph: StepGraph, price: Fraction | None, kept: Iterable[
     if value >= infinite:
         raise ReorderError(f"partition of {graph.name!r}: no valid partition (a value the backward needs can be "
                            f"neither saved nor recomputed)")
-    saved = [v for v in range(n) if forward_side[2 * v] and not forward_side[2 * v + 1]]
-    return partition_of(graph, saved)
+    return tuple(forward_side)
+
+
+def _partition_of_side(graph: StepGraph, forward_side: tuple[bool, ...]) -> Partition:
+    """The partition that saves the nodes whose edge ``in(v) -> out(v)`` the cut crosses."""
+    return partition_of(graph, [v for v in range(graph.num_nodes)
+                                if forward_side[2 * v] and not forward_side[2 * v + 1]])
