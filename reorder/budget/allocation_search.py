@@ -71,21 +71,16 @@ def lower_allocated_peak(models: Sequence[AllocationModel], starts: Sequence[Seq
     point. The search runs from each start in turn, the first with the whole count of candidate orders and each
     next one with what the searches before it left, a later start's result kept only when it is lower in the
     same sense than the order kept so far (the first start itself when no move helps)."""
-    best = Moved(list(starts[0]), *_peaks(models, starts[0]), 0)
+    best, best_peaks, best_start = list(starts[0]), [model.peak(starts[0]) for model in models], 0
     left = evaluations
     for index, start in enumerate(starts):
         if left <= 0:
             break
         found, peaks, spent = _descend(models, start, allowed, left)
         left -= spent
-        if _lower(peaks, (best.peak, *best.peaks_elsewhere)):
-            best = Moved(found, peaks[0], tuple(peaks[1:]), index)
-    return best
-
-
-def _peaks(models: Sequence[AllocationModel], order: Sequence[int]) -> tuple[int, tuple[int, ...]]:
-    peaks = [model.peak(order) for model in models]
-    return peaks[0], tuple(peaks[1:])
+        if _lower(peaks, best_peaks):
+            best, best_peaks, best_start = found, peaks, index
+    return Moved(best, best_peaks[0], tuple(best_peaks[1:]), best_start)
 
 
 def _lower(peaks: Sequence[int], than: Sequence[int]) -> bool:

@@ -276,9 +276,11 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, options
     scored.sort(key=lambda s: s[:3])
     allocated_peak, real_peak, peak, method, order = scored[0]
     if allocation is not None:
+        graphs_at = [graph.at(point) for _, point in points]  # built once: the search asks for every move kept
+        stock_peaks = [table[label][stock] for label, _ in points]
+
         def no_higher_than_stock(candidate: list[int]) -> bool:
-            found = peaks_at_points(graph, {"moved": candidate, "stock": result.orders[stock]}, points)
-            return all(peaks["moved"] <= peaks["stock"] for peaks in found.values())
+            return all(estimate_peak_memory(at, candidate).peak <= peak for at, peak in zip(graphs_at, stock_peaks))
 
         starts: dict[tuple[int, ...], str] = {}
         for *_, start_method, candidate in scored:  # best first, each distinct order once

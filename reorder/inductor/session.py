@@ -659,9 +659,9 @@ class Session:
                  "recomputed GFLOP", "added to stock's", "choice"], rows)
             if levels:
                 table += ("\n(sizes are symbolic: points were chosen by their fraction of stock's estimate at twice "
-                          "the sizes this region was compiled for; a budget is met where both fractions meet it, and one below "
-                          "every first fraction gets the cheapest point of the lowest first fraction whose second "
-                          "it meets)")
+                          "the sizes this region was compiled for; a budget is met where both fractions meet it, "
+                          "and one below every first fraction gets the cheapest point of the lowest first fraction "
+                          "whose second it meets)")
             # the stages say whether others were built (a later region's skip counts what earlier ones hold);
             # a record read back from before they were kept says it by the budget
             built = any(stage == "frontier" for stage, _ in r.stages) if r.stages else r.budget_bytes < r.stock_peak
