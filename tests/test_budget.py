@@ -473,6 +473,31 @@ def test_a_point_joins_the_frontier_only_below_every_cheaper_one_by_the_resoluti
     assert {p.partition.saved for p in coarse.points} <= {p.partition.saved for p in fine.points}
     assert coarse.lowest.peak.peak >= fine.lowest.peak.peak
 
+def test_an_offered_partition_needs_half_the_resolution_to_be_a_point():
+    """The resolution keeps our own candidates apart; a partition Inductor's budget makes needs half of it. On a
+    decoder's step, Inductor's 0.7 was estimated 1.67 MB below our cheaper point and left out by the resolution
+    (2.05 MB): a budget between the two got a point recomputing four times as much, and a real peak no lower than
+    Inductor's 0.7 with a step 5.7% slower. A near copy (Inductor's 0.9 there, 65 KB below) is still left out."""
+    graph = layers(6)
+    stock = candidate_of(graph, partition_of(graph, graph.ids(f"wide{k}" for k in range(6)) + graph.ids(["x"])).saved,
+                         "inductor")
+    fine = frontier(graph, stock, resolution=0.0)
+    drops = [a.peak.peak - b.peak.peak for a, b in zip((fine.stock, *fine.points), fine.points)]
+    k = min(range(len(drops) - 1), key=drops.__getitem__)  # not the last point: that one is the floor
+    resolution = (drops[k] + 1) / stock.peak.peak
+    left_out = fine.points[k]
+    coarse = frontier(graph, stock, resolution=resolution)
+    assert left_out.partition.saved not in {p.partition.saved for p in coarse.points}
+    offered = frontier(graph, stock, resolution=resolution, offered={"inductor budget 0.7": left_out.partition.saved})
+    assert left_out.partition.saved in {p.partition.saved for p in offered.points}
+    peaks, costs = [p.peak.peak for p in offered.points], [p.cost for p in offered.points]
+    assert costs == sorted(costs) and all(a > b for a, b in zip(peaks, peaks[1:]))
+    assert offered.choose(left_out.peak.peak).candidate.partition == left_out.partition
+    assert coarse.choose(left_out.peak.peak).candidate.cost > left_out.cost
+    near = frontier(graph, stock, resolution=2 * resolution, offered={"inductor budget 0.9": left_out.partition.saved})
+    assert left_out.partition.saved not in {p.partition.saved for p in near.points}
+
+
 def test_a_frontier_without_points_keeps_stock_for_every_budget():
     graph = chain()
     front = Frontier(candidate_of(graph, graph.ids(["a", "b", "c", "x"]), "inductor"), ())
