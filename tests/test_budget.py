@@ -473,6 +473,7 @@ def test_a_point_joins_the_frontier_only_below_every_cheaper_one_by_the_resoluti
     assert {p.partition.saved for p in coarse.points} <= {p.partition.saved for p in fine.points}
     assert coarse.lowest.peak.peak >= fine.lowest.peak.peak
 
+
 def test_an_offered_partition_needs_half_the_resolution_to_be_a_point():
     """The resolution keeps our own candidates apart; a partition Inductor's budget makes needs half of it. On a
     decoder's step, Inductor's 0.7 was estimated 1.67 MB below our cheaper point and left out by the resolution

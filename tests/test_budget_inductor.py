@@ -806,7 +806,8 @@ def test_a_region_compiled_per_layer_is_budgeted_for_every_call_of_the_step(fres
     for options in ({}, {"region_calls": 3}, {"region_calls": 3, "held_outside": eager}):
         torch._dynamo.reset()
         caplog.clear()
-        with hook.use(memory_budget=0.5, **options) as session:
+        # at 0.5 the step's budget is met by Inductor's 0.3 partition, the one-call choice's lowest point too
+        with hook.use(memory_budget=0.4, **options) as session:
             got = step()
         with caplog.at_level(logging.WARNING, logger="reorder"):
             peak = peaks[len(options)] = session.measure_step(step, "cpu").peak

@@ -1,5 +1,6 @@
 """The real-model benchmark: its report's cells from known cached rows, in both file formats, and its whole path."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -162,7 +163,7 @@ def test_the_gpu_table_reads_the_allocators_peaks_of_each_point(tmp_path):
 
 
 def test_budget_fractions_run_from_one_to_the_lowest_point_of_the_regions_that_have_one():
-    from benchmarks.real.budget import fractions_for, variants_for
+    from benchmarks.real.budget import fractions_for, frontier_fractions, variants_for
 
     def region(stock, lowest):
         return PartitionRecord(graph="g", nodes=1, budget=1.0, budget_bytes=stock, stock_peak=stock, peak=stock,
@@ -174,6 +175,8 @@ def test_budget_fractions_run_from_one_to_the_lowest_point_of_the_regions_that_h
     assert fractions_for([region(1000, 600), region(1000, None)]) == [1.0, 0.9, 0.8, 0.7, 0.6]  # a loss alone
     assert fractions_for([region(1000, 600), region(1000, 800)], points=3) == [1.0, 0.9, 0.8]
     assert fractions_for([region(1000, None)]) == [1.0]
+    two_points = dataclasses.replace(region(1000, 600), frontier=((1, 850), (2, 601)))
+    assert frontier_fractions([two_points, region(3000, 2400), region(1000, None)]) == [1.0, 0.85, 0.8, 0.601]
     kinds = [(kind, f) for kind, f, _ in variants_for([1.0, 0.85, 0.8])]
     assert kinds == [("stock", None), ("ours", 1.0), ("ours", 0.85), ("ours", 0.8), ("inductor", 0.9),
                      ("inductor", 0.85), ("inductor", 0.8), *(("inductor", f / 10) for f in range(7, -1, -1))]

@@ -1,14 +1,15 @@
 """``python -m benchmarks.real.budget``: a memory budget on every training row, ours against Inductor's, measured.
 
-    python -m benchmarks.real.budget [--models A,B] [--points 5] [--rounds 21] [--again] [--report-only]
-                                     [--refresh-records] [--device cpu|cuda]
+    python -m benchmarks.real.budget [--models A,B] [--points 5 | --at-frontier] [--rounds 21] [--again]
+                                     [--report-only] [--refresh-records] [--device cpu|cuda]
 
 For each training row of the real-model benchmark (bench size), in one process:
 
 * **stock**: ``torch.compile``;
 * **ours**: ``reorder.inductor.use(memory_budget=f)`` at ``--points`` fractions ``f`` of stock's estimated step
   peak, evenly spaced from 1.0 down to the smallest one our frontier reaches (read from the records of a compile
-  under :data:`EXPLORE`, below every point: at 1.0 no partition but stock's is built);
+  under :data:`EXPLORE`, below every point: at 1.0 no partition but stock's is built); with ``--at-frontier``,
+  at 1.0 and at the fraction that reaches each point of that frontier (:func:`frontier_fractions`);
 * **Inductor's** ``torch._functorch.config.activation_memory_budget`` at the same fractions (its 1.0 is stock)
   and at every fraction of :data:`INDUCTOR_GRID`, 0.9 down to 0.0: a user who asks Inductor for less than our
   lowest estimate gets its lowest partition, which our lowest point is compared with.
@@ -52,6 +53,7 @@ from typing import Callable
 
 import torch
 
+from reorder.budget.frontier import reaching_fraction
 from reorder.inductor.releases import installed_version, running_release
 from reorder.inductor.session import PartitionRecord
 from reorder.measure import measure
@@ -63,7 +65,7 @@ from .models import BATCH, MODELS, build, parameter_bytes
 from .tables import RESULTS, release_folder
 from .run import as_accurate, difference, float64_reference, step_function, tensors, unique_graphs
 
-__all__ = ["fractions_for", "main", "refresh_records", "run_row", "variants_for"]
+__all__ = ["fractions_for", "frontier_fractions", "main", "refresh_records", "run_row", "variants_for"]
 
 #: Fractions tried per row, rounds of alternating steps for the medians.
 POINTS = 5
@@ -98,6 +100,17 @@ def fractions_for(records, points: int = POINTS) -> list[float]:
     if lowest >= 1.0 or points < 2:
         return [1.0]
     return sorted({round(1.0 - k * (1.0 - lowest) / (points - 1), 3) for k in range(points)}, reverse=True)
+
+
+def frontier_fractions(records) -> list[float]:
+    """1.0 and, for each point of each region's frontier (records of a compile under :data:`EXPLORE`), the
+    smallest fraction that reaches it (:func:`reorder.budget.frontier.reaching_fraction`), where evenly spaced
+    fractions can step over a point (ResNet's Inductor 0.5 partition, between our 0.881 and 0.842). A later
+    region's points are as that compile estimated them, beside the earlier regions' lowest points; with symbolic
+    sizes a point's level may ask for a smaller fraction."""
+    partitions = [r for r in records if isinstance(r, PartitionRecord) and r.frontier]
+    reached = {reaching_fraction(peak, r.stock_peak) for r in partitions for _, peak in r.frontier}
+    return sorted({1.0} | {f for f in reached if f < 1.0}, reverse=True)
 
 
 def variants_for(fractions: list[float]) -> list[tuple[str, float | None, Variant]]:
@@ -166,7 +179,8 @@ def _prepare(base, inputs: dict, kind: str, fraction: float | None, variant: Var
     return _Prepared(kind, fraction, variant, step, reset, checked, seconds, records_json(session))
 
 
-def run_row(name: str, size: str = "bench", points: int = POINTS, rounds: int = ROUNDS, device: str = "cpu") -> dict:
+def run_row(name: str, size: str = "bench", points: int | None = POINTS, rounds: int = ROUNDS, device: str = "cpu"
+            ) -> dict:
     """Every budget variant of ``name``'s training step side by side on ``device`` (see the module docstring)."""
     from torch._dynamo import config as dynamo_config
     from torch._inductor import config
@@ -179,7 +193,8 @@ def run_row(name: str, size: str = "bench", points: int = POINTS, rounds: int = 
     inputs = {k: v.to(device) for k, v in inputs.items()}
     torch._dynamo.reset()
     explored = _prepare(base, inputs, "ours", EXPLORE, ours(EXPLORE), device)
-    fractions = fractions_for(load_records({"records": explored.records}), points)
+    records = load_records({"records": explored.records})
+    fractions = frontier_fractions(records) if points is None else fractions_for(records, points)
     del explored
     prepared = [_prepare(base, inputs, kind, f, v, device) for kind, f, v in variants_for(fractions)]
     compiled = unique_graphs()
@@ -258,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.real.budget", description=__doc__.splitlines()[0])
     parser.add_argument("--models", help=f"comma-separated (default: all {len(MODELS)})")
     parser.add_argument("--points", type=int, default=POINTS, help="fractions per row, 1.0 included")
+    parser.add_argument("--at-frontier", action="store_true",
+                        help="ours at the fraction that reaches each point of the frontier instead of --points "
+                             "evenly spaced ones")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds of alternating steps per row")
     parser.add_argument("--again", action="store_true", help="rerun rows that are cached")
     parser.add_argument("--report-only", action="store_true", help="only rebuild the report from the cache")
@@ -289,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             print(f"[{k}/{len(models)}] {model} ...", file=sys.stderr, flush=True)
             t0 = time.perf_counter()
-            row = run_row(model, points=args.points, rounds=args.rounds, device=args.device)
+            row = run_row(model, points=None if args.at_frontier else args.points, rounds=args.rounds,
+                          device=args.device)
             row["seconds"] = time.perf_counter() - t0
             row["torch"] = installed_version()
             path.write_text(json.dumps(row) + "\n")

@@ -88,7 +88,7 @@ SEGMENT_PRICES: tuple[Fraction, ...] = (*(Fraction(2) ** k for k in range(4, -25
 
 #: The least a point must lower the estimate below every cheaper point, as a fraction of stock's estimated peak
 #: (the estimate's error against the measured real peaks of recomputing partitions reached 5% on the real-model
-#: benchmark, in either direction).
+#: benchmark, in either direction); an offered partition (Inductor's own) needs half of it.
 RESOLUTION = 0.05
 
 
@@ -214,8 +214,9 @@ def frontier(graph: StepGraph, stock: Candidate, prices: Sequence[Fraction | Non
     ``held`` and ``scaled``) and the frontier of the other candidates; ``held``: what the step holds beside the
     region (earlier regions, its other calls, eager code: :class:`~reorder.budget.step_peak.Held`); ``offered``:
     more saved sets by name (one that is not a valid partition is left out); ``resolution``: the least drop in
-    level, below every cheaper point, as a fraction of stock's estimate (half of it for an offered set); ``scaled``: the same graph at larger
-    sizes, each candidate's level then counting its estimate there (see the module docstring)."""
+    level, below every cheaper point, as a fraction of stock's estimate (half of it for an offered set);
+    ``scaled``: the same graph at larger sizes, each candidate's level then counting its estimate there (see the
+    module docstring)."""
     seen = {stock.partition.saved}
     candidates = []
     partitions = list(zip(cheapest_partitions(graph, prices), (f"price {price_label(p)}" for p in prices)))
@@ -265,4 +266,3 @@ def _falling(candidates: list[Candidate], stock: Candidate, least_drop: Callable
         if _level(candidate, stock) < last - least_drop(candidate):
             points.append(candidate)
     return points
-
