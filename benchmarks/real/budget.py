@@ -94,7 +94,7 @@ def fractions_for(records, points: int = POINTS) -> list[float]:
     """``points`` fractions from 1.0 down to the smallest our frontier reaches in every region that has points
     below stock (records of a compile under :data:`EXPLORE`), rounded up to 0.001; only 1.0 when no region has
     one. (A region without points, a loss compiled apart, say, is then over its budget, which its record says.)"""
-    partitions = [r for r in records if isinstance(r, PartitionRecord) and r.frontier]
+    partitions = _regions_with_points(records)
     lowest = max((min(p for _, p in r.frontier) / r.stock_peak for r in partitions), default=1.0)
     lowest = math.ceil(lowest * 1000) / 1000
     if lowest >= 1.0 or points < 2:
@@ -108,9 +108,12 @@ def frontier_fractions(records) -> list[float]:
     fractions can step over a point (ResNet's Inductor 0.5 partition, between our 0.881 and 0.842). A later
     region's points are as that compile estimated them, beside the earlier regions' lowest points; with symbolic
     sizes a point's level may ask for a smaller fraction."""
-    partitions = [r for r in records if isinstance(r, PartitionRecord) and r.frontier]
-    reached = {reaching_fraction(peak, r.stock_peak) for r in partitions for _, peak in r.frontier}
+    reached = {reaching_fraction(peak, r.stock_peak) for r in _regions_with_points(records) for _, peak in r.frontier}
     return sorted({1.0} | {f for f in reached if f < 1.0}, reverse=True)
+
+
+def _regions_with_points(records) -> list[PartitionRecord]:
+    return [r for r in records if isinstance(r, PartitionRecord) and r.frontier]
 
 
 def variants_for(fractions: list[float]) -> list[tuple[str, float | None, Variant]]:
@@ -179,9 +182,10 @@ def _prepare(base, inputs: dict, kind: str, fraction: float | None, variant: Var
     return _Prepared(kind, fraction, variant, step, reset, checked, seconds, records_json(session))
 
 
-def run_row(name: str, size: str = "bench", points: int | None = POINTS, rounds: int = ROUNDS, device: str = "cpu"
-            ) -> dict:
-    """Every budget variant of ``name``'s training step side by side on ``device`` (see the module docstring)."""
+def run_row(name: str, size: str = "bench", points: int = POINTS, rounds: int = ROUNDS, device: str = "cpu",
+            at_frontier: bool = False) -> dict:
+    """Every budget variant of ``name``'s training step side by side on ``device`` (see the module docstring);
+    ``at_frontier``: ours at :func:`frontier_fractions` instead of ``points`` evenly spaced ones."""
     from torch._dynamo import config as dynamo_config
     from torch._inductor import config
 
@@ -194,7 +198,7 @@ def run_row(name: str, size: str = "bench", points: int | None = POINTS, rounds:
     torch._dynamo.reset()
     explored = _prepare(base, inputs, "ours", EXPLORE, ours(EXPLORE), device)
     records = load_records({"records": explored.records})
-    fractions = frontier_fractions(records) if points is None else fractions_for(records, points)
+    fractions = frontier_fractions(records) if at_frontier else fractions_for(records, points)
     del explored
     prepared = [_prepare(base, inputs, kind, f, v, device) for kind, f, v in variants_for(fractions)]
     compiled = unique_graphs()
@@ -307,8 +311,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             print(f"[{k}/{len(models)}] {model} ...", file=sys.stderr, flush=True)
             t0 = time.perf_counter()
-            row = run_row(model, points=None if args.at_frontier else args.points, rounds=args.rounds,
-                          device=args.device)
+            row = run_row(model, points=args.points, rounds=args.rounds, device=args.device,
+                          at_frontier=args.at_frontier)
             row["seconds"] = time.perf_counter() - t0
             row["torch"] = installed_version()
             path.write_text(json.dumps(row) + "\n")

@@ -228,10 +228,11 @@ def frontier(graph: StepGraph, stock: Candidate, prices: Sequence[Fraction | Non
     offered_sets = set()  # the offered partitions' saved sets
     for source, saved in (offered or {}).items():
         try:
-            partitions.append((partition_of(graph, saved), source))
+            partition = partition_of(graph, saved)
         except ReorderError:
             continue  # recomputes what may not be recomputed (a random op, say)
-        offered_sets.add(partitions[-1][0].saved)
+        partitions.append((partition, source))
+        offered_sets.add(partition.saved)
     for partition, source in partitions:
         if partition.saved in seen:
             continue
@@ -241,7 +242,8 @@ def frontier(graph: StepGraph, stock: Candidate, prices: Sequence[Fraction | Non
             continue  # lower at larger sizes, above stock at the sizes it was compiled for: never chosen
         candidates.append(candidate)
     least_drop = int(resolution * stock.peak.peak)
-    by_cost = sorted(candidates, key=lambda c: (c.cost, _level(c, stock)))
+    cost_then_level = lambda c: (c.cost, _level(c, stock))  # noqa: E731
+    by_cost = sorted(candidates, key=cost_then_level)
     # an offered partition (Inductor's own budget's) needs half the resolution: a budget its estimate meets then
     # gets what Inductor's budget would make rather than a costlier point of ours, unless it is a near copy of a
     # cheaper point (on a decoder's step, Inductor's 0.9 came 0.16% of stock's estimate below our cheaper point
@@ -252,7 +254,7 @@ def frontier(graph: StepGraph, stock: Candidate, prices: Sequence[Fraction | Non
     # the points it leaves pointless (costlier and no lower) go
     floor = min(candidates, key=lambda c: (_level(c, stock), c.cost), default=None)
     if floor is not None:
-        points = _falling(sorted([*points, floor], key=lambda c: (c.cost, _level(c, stock))), stock, lambda c: 0)
+        points = _falling(sorted([*points, floor], key=cost_then_level), stock, lambda c: 0)
     return Frontier(stock, tuple(points))
 
 
