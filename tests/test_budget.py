@@ -499,6 +499,24 @@ def test_an_offered_partition_needs_half_the_resolution_to_be_a_point():
     assert left_out.partition.saved not in {p.partition.saved for p in near.points}
 
 
+def test_a_candidate_of_ours_beating_an_offered_one_needs_half_the_resolution_too():
+    """Where a candidate of ours is no costlier and no higher than an offered one, the offered one is never the
+    better choice: were only the offered one given half the resolution, a budget between the two would get twice
+    the recomputation for a higher peak, while ours, left out by the whole resolution, met it."""
+    graph = layers(6)
+    stock = candidate_of(graph, graph.ids([f"wide{k}" for k in range(6)] + ["x"]), "inductor")
+    ours = frontier(graph, stock, resolution=0.0).points[0]  # recomputes one layer's wide value
+    offered = candidate_of(graph, graph.ids(["wide0", "wide1", "wide2", "wide3", "wide5", "x"]), "inductor budget")
+    assert ours.cost < offered.cost and ours.peak.peak < offered.peak.peak
+    resolution = (stock.peak.peak - ours.peak.peak + 1) / stock.peak.peak  # ours is not lower by more than this
+    front = frontier(graph, stock, resolution=resolution, offered={"inductor budget": offered.partition.saved})
+    chosen = front.choose(offered.peak.peak).candidate
+    assert chosen.partition == ours.partition
+    assert offered.partition.saved not in {p.partition.saved for p in front.points}
+    without = frontier(graph, stock, resolution=resolution)
+    assert ours.partition.saved not in {p.partition.saved for p in without.points}
+
+
 def test_a_frontier_without_points_keeps_stock_for_every_budget():
     graph = chain()
     front = Frontier(candidate_of(graph, graph.ids(["a", "b", "c", "x"]), "inductor"), ())
