@@ -82,7 +82,9 @@ class Variant:
         times a step (each layer compiled on its own); ``+held=F/M/B`` (or
         ``+held=N``) after either is ``held_outside=(F, M, B)`` (or ``N``),
         the bytes the step's eager code holds beside the compiled regions, as
-        ``session.measure_step`` names them (a unit is optional: ``+held=8MB``).
+        ``session.measure_step`` names them (a unit is optional: ``+held=8MB``);
+        by region number, ``+held=0:F/M/B;1:N`` is ``held_outside={0: (F, M,
+        B), 1: N}``.
         ``inductor-budget:F`` is stock with Inductor's own
         ``activation_memory_budget=F``, F in [0, 1].
         """
@@ -153,24 +155,39 @@ def budget_value(text: str, spec: str) -> int | float:
     return int(value * UNITS[unit])
 
 
-def held_value(text: str, spec: str) -> int | tuple[int, int, int]:
-    """``+held=``'s value: bytes (a unit optional) for all three phases, or three separated by ``/``."""
+def held_value(text: str, spec: str) -> int | tuple[int, int, int] | dict[int, int | tuple[int, int, int]]:
+    """``+held=``'s value: bytes (a unit optional) for all three phases, or three separated by ``/``; or, by
+    region number, ``R:`` before either, regions separated by ``;``."""
     key, _, value = text.partition("=")
+    if key.strip() != "held":
+        value = ""
+    if ":" in value:
+        regions = {}
+        for part in value.split(";"):
+            region, _, amounts = part.partition(":")
+            if not region.strip().isdigit():
+                _refuse_held(spec)
+            regions[int(region)] = held_value(f"held={amounts}", spec)
+        return regions
     amounts = []
     for part in value.split("/"):
         number, unit = _number_and_unit(part)
         unit = unit or "B"
         amount = -1.0 if number is None or unit not in UNITS else number * UNITS[unit]
         if amount < 0 or amount != int(amount):
-            amounts = None
-            break
+            _refuse_held(spec)
         amounts.append(int(amount))
-    if key.strip() != "held" or amounts is None or len(amounts) not in (1, 3):
-        raise ReorderError(f"variant {spec!r}: '+held=' takes the bytes the step's eager code holds beside the "
-                           f"compiled regions (held_outside): one amount, or three separated by '/' (while the "
-                           f"forwards run / between / while the backwards run), each a whole number of bytes or "
-                           f"with a unit (8MB)")
+    if len(amounts) not in (1, 3):
+        _refuse_held(spec)
     return amounts[0] if len(amounts) == 1 else tuple(amounts)
+
+
+def _refuse_held(spec: str) -> None:
+    raise ReorderError(f"variant {spec!r}: '+held=' takes the bytes the step's eager code holds beside the "
+                       f"compiled regions (held_outside): one amount, or three separated by '/' (while the "
+                       f"forwards run / between / while the backwards run), each a whole number of bytes or "
+                       f"with a unit (8MB); by region, 'R:' before each, regions separated by ';' "
+                       f"(0:0/40MB/1MB;1:4)")
 
 
 def parse_variants(text: str | Sequence[str]) -> list[Variant]:

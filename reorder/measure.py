@@ -82,7 +82,10 @@ class MemoryMeasurement:
     were allocated (:func:`peak_composition`); ``outside_by_phase``: the most
     bytes eager code held while the compiled forwards ran, between them and
     the backwards, and while the compiled backwards ran (:func:`outside_held`:
-    what a memory budget's ``held_outside`` counts for the step's eager code).
+    what a memory budget's ``held_outside`` counts for the step's eager code);
+    ``outside_by_region``: the same for each compiled region, in the order the
+    step first ran them, counting later regions beside eager code
+    (:func:`outside_by_region`: a budget's ``held_outside`` per region).
     """
 
     device: str
@@ -97,6 +100,7 @@ class MemoryMeasurement:
     cuda: dict[str, int] | None = None
     peak_composition: dict[str, int] = field(default_factory=dict)
     outside_by_phase: dict[str, int] = field(default_factory=dict)
+    outside_by_region: tuple[dict[str, int], ...] = ()
 
     @property
     def outside_compiled_bytes(self) -> int:
@@ -116,6 +120,7 @@ class MemoryMeasurement:
             "phases": {k: vars(r) for k, r in self.phases.items()},
             "compiled_calls": [vars(r) for r in self.compiled_calls],
             "peak_composition": self.peak_composition, "outside_by_phase": self.outside_by_phase,
+            "outside_by_region": list(self.outside_by_region),
         }
 
 
@@ -178,24 +183,25 @@ def _paired_allocations(tree: list, device: torch.device) -> tuple[list, dict[in
 OUTSIDE_PHASES = ("forward", "between", "backward")
 
 
-def outside_held(paired: tuple[list, dict[int, int], list[int]], calls: list[tuple[int, int, bool]]
-                 ) -> dict[str, int]:
-    """The most bytes eager code (anything outside the compiled graphs' calls, ``calls`` as ``(start, end,
-    in_backward)`` ns; ``paired``: :func:`_paired_allocations`) holds in each phase of :data:`OUTSIDE_PHASES`:
-    while a compiled forward runs, from the end of the last compiled forward to the start of the first
-    compiled backward (every call's saved values held), and while a compiled backward runs, less what that
-    call frees (its inputs: the region's estimate counts them). Empty where no compiled forward and backward
-    both ran."""
+def outside_held(paired: tuple[list, dict[int, int], list[int]], calls: list[tuple[int, int, bool]],
+                 own: list[tuple[int, int]] | None = None) -> dict[str, int]:
+    """The most bytes allocated outside ``own`` (intervals in ns; default: ``calls``, so eager code) held in
+    each phase of :data:`OUTSIDE_PHASES` of the compiled calls ``calls`` (``(start, end, in_backward)`` ns;
+    ``paired``: :func:`_paired_allocations`): while a compiled forward runs, from the end of the last compiled
+    forward to the start of the first compiled backward (every call's saved values held), and while a compiled
+    backward runs, less what that call frees (its inputs: the region's estimate counts them). Empty where no
+    compiled forward and backward both ran."""
     forwards = [(s, e) for s, e, backward in calls if not backward]
     backwards = [(s, e) for s, e, backward in calls if backward]
     if not forwards or not backwards:
         return {}
+    own = [(s, e) for s, e, _ in calls] if own is None else own
     events, freed_at, _ = paired
     eager = [(e.start_time_ns, freed_at.get(k), e.extra_fields.alloc_size) for k, e in enumerate(events)
-             if e.extra_fields.alloc_size > 0 and not any(s <= e.start_time_ns <= f for s, f, _ in calls)]
+             if e.extra_fields.alloc_size > 0 and not any(s <= e.start_time_ns <= f for s, f in own)]
 
     def live(at: int, end: int | None = None) -> int:
-        """Eager bytes live at ``at``, but those the compiled call running until ``end`` frees: its inputs
+        """Those bytes live at ``at``, but those the compiled call running until ``end`` frees: its inputs
         (the tangents a backward is handed), which the region's own estimate counts."""
         return sum(size for t, freed, size in eager
                    if t <= at and (freed is None or freed > (at if end is None else end)))
@@ -204,6 +210,34 @@ def outside_held(paired: tuple[list, dict[int, int], list[int]], calls: list[tup
     between = [last_forward, *(t for t, _, _ in eager if last_forward <= t <= first_backward)]
     return {"forward": max(live(s, e) for s, e in forwards), "between": max(live(t) for t in between),
             "backward": max(live(s, e) for s, e in backwards)}
+
+
+def outside_by_region(paired: tuple[list, dict[int, int], list[int]], calls: list[tuple[int, int, str, bool]]
+                      ) -> tuple[dict[str, int], ...]:
+    """For each compiled region of a step (its forward calls, in the order the step first calls them, with the
+    backward calls autograd pairs with them: the last forward call not yet paired, as autograd runs a chain of
+    regions' backwards in reverse), what :func:`outside_held` counts beside it when its own calls and earlier
+    regions' are not outside: eager code and later regions (a loss compiled apart runs between the model's
+    forward and backward). ``calls``: ``(start, end, region, in_backward)`` ns, in time order, ``region``
+    naming the compiled frame a forward call came from."""
+    names: list[str] = []
+    members: list[list[int]] = []
+    unpaired: list[int] = []
+    for k, (_, _, name, backward) in enumerate(calls):
+        if not backward:
+            if name not in names:
+                names.append(name)
+                members.append([])
+            region = names.index(name)
+            members[region].append(k)
+            unpaired.append(region)
+        elif unpaired:
+            members[unpaired.pop()].append(k)
+    regions = []
+    for region, ks in enumerate(members):
+        own = [(calls[k][0], calls[k][1]) for earlier in members[:region + 1] for k in earlier]
+        regions.append(outside_held(paired, [(calls[k][0], calls[k][1], calls[k][3]) for k in ks], own))
+    return tuple(regions)
 
 
 def peak_composition(paired: tuple[list, dict[int, int], list[int]], peak_time: int, calls: list[tuple[int, int]],
@@ -353,5 +387,13 @@ def measure(fn: Callable[[], Any], device: torch.device | str | None = None) -> 
     composition = peak_composition(paired, peak_time, [(s, e) for s, e, _ in call_ranges],
                                    backward[0][0] if backward else None)
     outside = outside_held(paired, [(s, e, during) for (s, e, _), during in zip(call_ranges, in_backward)])
+    frames = _ranges(events, lambda n: n.startswith("Torch-Compiled Region"))  # Dynamo's: one per compiled frame
+
+    def region_of(start: int, end: int, name: str) -> str:
+        """The compiled frame that made a call (graphs' names are all ``None`` with Inductor's caches off)."""
+        return max(((s, n) for s, e, n in frames if s <= start and end <= e), default=(0, name))[1]
+
+    by_region = outside_by_region(paired, [(s, e, region_of(s, e, name), during)
+                                           for (s, e, name), during in zip(call_ranges, in_backward)])
     return MemoryMeasurement(str(device), peak, current, allocations, frees, tuple(curve), phases, held, calls, cuda,
-                             composition, outside)
+                             composition, outside, by_region)

@@ -65,6 +65,18 @@ def test_held_outside_is_bytes_in_each_phase_of_the_step(held, expected):
     assert HookOptions(memory_budget=0.5, held_outside=held).held_outside == expected
 
 
+def test_held_outside_may_be_given_by_region_number():
+    options = HookOptions(memory_budget=0.5, held_outside={1: (1, 2, 3), 0: 5})
+    assert options.held_outside == {0: (5, 5, 5), 1: (1, 2, 3)}
+    assert [options.held_outside_of(k) for k in range(3)] == [(5, 5, 5), (1, 2, 3), (0, 0, 0)]
+    assert HookOptions(memory_budget=0.5, held_outside=(1, 2, 3)).held_outside_of(7) == (1, 2, 3)
+    assert options.uuid() != HookOptions(memory_budget=0.5, held_outside={0: 5}).uuid()
+    with pytest.raises(ReorderError, match=r"held_outside=\{-1: 0\}: a mapping's keys are region numbers"):
+        HookOptions(memory_budget=0.5, held_outside={-1: 0})
+    with pytest.raises(ReorderError, match=r"hook option held_outside=\{0: \(1, 2\)\}: expected bytes eager code"):
+        HookOptions(memory_budget=0.5, held_outside={0: (1, 2)})
+
+
 @pytest.mark.parametrize("held", [-1, (1, 2), (1, 2, -3), "5", (1.5, 2, 3), True])
 def test_held_outside_is_refused_unless_bytes(held):
     with pytest.raises(ReorderError, match=r"hook option held_outside=.*: expected bytes eager code holds"):
@@ -824,6 +836,65 @@ def test_a_region_compiled_per_layer_is_budgeted_for_every_call_of_the_step(fres
     assert abs(record.stock_peak - stock.peak) <= 0.1 * stock.peak, (record.stock_peak, stock.peak)
     assert peaks[1] < peaks[0] < stock.peak and peaks[2] < peaks[0], (peaks, stock.peak)
     assert "the region run 3 times a step" in session.summary()
+
+
+@pytest.mark.slow
+def test_a_loss_compiled_apart_is_counted_beside_the_model_region_given_by_region(fresh_compiles, caplog):
+    """Two blocks, a graph break, and a head with its loss compiled apart (as a model whose loss function breaks
+    the graph): the loss region runs between the model region's forward and backward, on top of what the model
+    saved, and is compiled after the model's partition is chosen. Without it, the model region's budget counts
+    its own peak only, says met, and the step measures above the budget; ``measure_step`` names the bytes
+    beside each region, as ``held_outside`` by region number. With them, the model region saves less, the step
+    measures lower and within the budget, which the verdict says; the gradients equal stock's."""
+    from helpers import assert_close_to_eager
+
+    from benchmarks.zoo import TransformerBlock
+    from reorder.measure import OUTSIDE_PHASES, measure
+
+    torch.manual_seed(0)
+    blocks = nn.Sequential(*(TransformerBlock(64) for _ in range(2)))
+    head = nn.Linear(64, 2048)
+    x = torch.randn(8, 64, 64)
+    target = torch.randint(0, 2048, (8 * 64,))
+
+    def model(x):
+        h = blocks(x)
+        torch._dynamo.graph_break()
+        return nn.functional.cross_entropy(head(h).flatten(0, 1), target)
+
+    compiled = torch.compile(model)
+    parameters = [*blocks.parameters(), *head.parameters()]
+
+    def step():
+        for p in parameters:
+            p.grad = None
+        compiled(x).backward()
+        return [p.grad.clone() for p in parameters]
+
+    expected = step()
+    stock = measure(step, "cpu")
+    beside = {k: tuple(held[phase] for phase in OUTSIDE_PHASES) for k, held in enumerate(stock.outside_by_region)}
+    assert len(beside) == 2 and beside[0][1] > stock.outside_by_phase["between"] + 1_000_000  # the loss region
+    peaks, verdicts = {}, {}
+    for options in ({}, {"held_outside": beside}):
+        torch._dynamo.reset()
+        caplog.clear()
+        with hook.use(memory_budget=0.6, **options) as session:
+            got = step()
+        with caplog.at_level(logging.WARNING, logger="reorder"):
+            measured = session.measure_step(step, "cpu")
+        peaks[bool(options)] = measured.peak
+        model_region, loss_region = session.partitions
+        assert model_region.held_outside == (beside[0] if options else (0, 0, 0))
+        assert loss_region.held_outside == (beside[1] if options else (0, 0, 0))
+        assert (f"held_outside={beside}" in caplog.text) == (not options), caplog.text
+        assert model_region.measured_peak == measured.peak
+        verdicts[bool(options)] = model_region.feasible
+        assert model_region.feasible == (measured.peak <= max(r.budget_bytes for r in session.partitions))
+        for ours, theirs in zip(got, expected, strict=True):
+            assert_close_to_eager(ours, theirs, "gradient")
+    assert peaks[True] < peaks[False] < stock.peak, (peaks, stock.peak)
+    assert verdicts == {False: False, True: True}, (peaks, verdicts)
 
 
 def test_arithmetic_on_sizes_is_recomputed_as_inductor_recomputes_it():

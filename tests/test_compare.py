@@ -172,6 +172,8 @@ def test_the_plot_and_the_table_put_each_variants_real_peak_beside_its_step_time
     ("budget:0.5+held=4096", {"memory_budget": 0.5, "held_outside": 4096}, ()),
     ("budget:0.5x4+held=0/8MB/1.5KiB", {"memory_budget": 0.5, "region_calls": 4,
                                          "held_outside": (0, 8_000_000, 1536)}, ()),
+    ("budget:0.5+held=0:0/40MB/1MB;1:4", {"memory_budget": 0.5,
+                                          "held_outside": {0: (0, 40_000_000, 1_000_000), 1: 4}}, ()),
 ])
 def test_variant_specs_name_hook_options_or_inductors_own_budget(spec, hook, functorch):
     variant = Variant.parse(spec)
@@ -190,6 +192,8 @@ def test_variant_specs_name_hook_options_or_inductors_own_budget(spec, hook, fun
     ("budget:0.5x0", "'xN' after a budget is how many times each compiled region runs a step"),
     ("budget:0.5xfour", "(region_calls), an int >= 1"),
     ("budget:0.5+held=1/2", "one amount, or three separated by '/'"),
+    ("budget:0.5+held=a:5", "by region, 'R:' before each"),
+    ("budget:0.5+held=0:1/2", "by region, 'R:' before each"),
     ("budget:0.5+held=-5", "each a whole number of bytes or with a unit"),
     ("budget:0.5+held=0.5B", "each a whole number of bytes"),
     ("budget:0.5+outside=5", "'+held=' takes the bytes the step's eager code holds"),

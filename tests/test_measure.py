@@ -118,6 +118,31 @@ def test_what_eager_code_holds_beside_compiled_calls_is_counted_in_each_phase():
     torch._dynamo.reset()
 
 
+def test_what_later_regions_hold_beside_an_earlier_one_is_counted_for_it():
+    """Two compiled regions, ``sin(2x)`` then ``exp``, and an eager sum: between the first region's forward and
+    its backward the second runs both ways, so beside the first the step holds ``z`` (the second's output, 256
+    KiB), the gradient the sum hands the second (256 KiB), the gradient the second hands the first (256 KiB,
+    which the first's backward then frees) and two scalars. Beside the second, only eager code: what the whole
+    step's phases count, eager code beside every region."""
+    torch._dynamo.reset()
+    first = torch.compile(lambda x: (x * 2).sin())
+    second = torch.compile(lambda y: y.exp())
+    x = torch.randn(256, 256, requires_grad=True)
+
+    def step():
+        x.grad = None
+        z = second(first(x))
+        z.sum().backward()
+
+    step()
+    m = measure(step, "cpu")
+    size = 256 * 256 * 4
+    assert m.outside_by_region == ({"forward": 0, "between": 3 * size + 8, "backward": size + 8},
+                                   {"forward": 0, "between": size + 8, "backward": 8})
+    assert m.outside_by_phase == m.outside_by_region[1]
+    torch._dynamo.reset()
+
+
 def test_measure_prints_nothing(capfd):
     """Kineto's USDT profiler_start/profiler_stop lines (written to descriptor 2 by C++) are dropped."""
     measure(lambda: torch.empty(10), "cpu")

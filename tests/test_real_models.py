@@ -182,6 +182,23 @@ def test_budget_fractions_run_from_one_to_the_lowest_point_of_the_regions_that_h
                      ("inductor", 0.85), ("inductor", 0.8), *(("inductor", f / 10) for f in range(7, -1, -1))]
 
 
+def test_ours_count_what_later_regions_hold_only_where_the_step_runs_several():
+    from benchmarks.real.budget import held_beside_regions, variants_for
+    from reorder.measure import MemoryMeasurement
+
+    def measured(*regions):
+        return MemoryMeasurement("cpu", 0, 0, 0, 0, (), outside_by_region=regions)
+
+    assert held_beside_regions(measured({"forward": 0, "between": 4, "backward": 4})) is None
+    assert held_beside_regions(measured()) is None
+    two = held_beside_regions(measured({"forward": 1, "between": 900, "backward": 20},
+                                       {"forward": 0, "between": 4, "backward": 4}))
+    assert two == {0: (1, 900, 20), 1: (0, 4, 4)}
+    options = {kind: v.config for kind, _, v in variants_for([1.0, 0.5], two)[:3]}
+    assert options["ours"].held_outside == two and options["ours"].held_outside_of(1) == (0, 4, 4)
+    assert all(v.config.held_outside == (0, 0, 0) for kind, _, v in variants_for([0.5]) if kind == "ours")
+
+
 def test_budget_checks_of_a_known_row():
     from benchmarks.real.budget_report import budget_row, time_ratio
 

@@ -9,7 +9,10 @@ For each training row of the real-model benchmark (bench size), in one process:
 * **ours**: ``reorder.inductor.use(memory_budget=f)`` at ``--points`` fractions ``f`` of stock's estimated step
   peak, evenly spaced from 1.0 down to the smallest one our frontier reaches (read from the records of a compile
   under :data:`EXPLORE`, below every point: at 1.0 no partition but stock's is built); with ``--at-frontier``,
-  at 1.0 and at the fraction that reaches each point of that frontier (:func:`frontier_fractions`);
+  at 1.0 and at the fraction that reaches each point of that frontier (:func:`frontier_fractions`); where
+  stock's step runs several compiled regions (GPT-2's loss is compiled apart), with ``held_outside`` by region
+  number, what stock's measured step held beside each (:func:`held_beside_regions`), as ``measure_step`` tells
+  a user;
 * **Inductor's** ``torch._functorch.config.activation_memory_budget`` at the same fractions (its 1.0 is stock)
   and at every fraction of :data:`INDUCTOR_GRID`, 0.9 down to 0.0: a user who asks Inductor for less than our
   lowest estimate gets its lowest partition, which our lowest point is compared with.
@@ -56,7 +59,7 @@ import torch
 from reorder.budget.frontier import reaching_fraction
 from reorder.inductor.releases import installed_version, running_release
 from reorder.inductor.session import PartitionRecord
-from reorder.measure import measure
+from reorder.measure import OUTSIDE_PHASES, measure
 
 from ..timing import alternated_times
 from ..variants import Variant, functorch, hooked, load_records, records_json
@@ -65,7 +68,8 @@ from .models import BATCH, MODELS, build, parameter_bytes
 from .tables import RESULTS, release_folder
 from .run import as_accurate, difference, float64_reference, step_function, tensors, unique_graphs
 
-__all__ = ["fractions_for", "frontier_fractions", "main", "refresh_records", "run_row", "variants_for"]
+__all__ = ["fractions_for", "frontier_fractions", "held_beside_regions", "main", "refresh_records", "run_row",
+           "variants_for"]
 
 #: Fractions tried per row, rounds of alternating steps for the medians.
 POINTS = 5
@@ -76,9 +80,23 @@ ROUNDS = 21
 EXPLORE = 0.001
 
 
-def ours(fraction: float) -> Variant:
-    return hooked(f"ours {fraction:g}", f"torch.compile with reorder.inductor.use(memory_budget={fraction:g})",
-                  memory_budget=float(fraction))
+def ours(fraction: float, held_outside: dict[int, tuple[int, int, int]] | None = None) -> Variant:
+    """Our budget at ``fraction``; ``held_outside``: by region number, what the step holds beside each of
+    several compiled regions (:func:`held_beside_regions`)."""
+    held = {"held_outside": held_outside} if held_outside else {}
+    return hooked(f"ours {fraction:g}", f"torch.compile with reorder.inductor.use(memory_budget={fraction:g}"
+                  + (", held_outside by region" if held else "") + ")", memory_budget=float(fraction), **held)
+
+
+def held_beside_regions(measured) -> dict[int, tuple[int, int, int]] | None:
+    """Where stock's step (``measured``: :func:`reorder.measure.measure`) runs several compiled regions, what
+    eager code and later regions held beside each, by region number, as ``Session.measure_step`` would tell a
+    user (GPT-2's loss region runs between its model region's forward and backward, on the model's saved
+    values); None for one region, whose estimates the defaults already make of the whole step."""
+    if len(measured.outside_by_region) < 2:
+        return None
+    return {k: tuple(held.get(phase, 0) for phase in OUTSIDE_PHASES)
+            for k, held in enumerate(measured.outside_by_region)}
 
 
 def inductors(fraction: float) -> Variant:
@@ -116,11 +134,12 @@ def _regions_with_points(records) -> list[PartitionRecord]:
     return [r for r in records if isinstance(r, PartitionRecord) and r.frontier]
 
 
-def variants_for(fractions: list[float]) -> list[tuple[str, float | None, Variant]]:
-    """``(kind, fraction, variant)`` of a row: stock, ours at each fraction, Inductor's at each of ours below 1.0
-    and at each of :data:`INDUCTOR_GRID` (fractions falling)."""
+def variants_for(fractions: list[float], held_outside: dict[int, tuple[int, int, int]] | None = None
+                 ) -> list[tuple[str, float | None, Variant]]:
+    """``(kind, fraction, variant)`` of a row: stock, ours at each fraction (with ``held_outside``), Inductor's at
+    each of ours below 1.0 and at each of :data:`INDUCTOR_GRID` (fractions falling)."""
     made = [("stock", None, STOCK)]
-    made += [("ours", f, ours(f)) for f in fractions]
+    made += [("ours", f, ours(f, held_outside)) for f in fractions]
     theirs = sorted({f for f in fractions if f < 1.0} | set(INDUCTOR_GRID), reverse=True)
     made += [("inductor", f, inductors(f)) for f in theirs]
     return made
@@ -196,11 +215,15 @@ def run_row(name: str, size: str = "bench", points: int = POINTS, rounds: int = 
     base = base.to(device)
     inputs = {k: v.to(device) for k, v in inputs.items()}
     torch._dynamo.reset()
-    explored = _prepare(base, inputs, "ours", EXPLORE, ours(EXPLORE), device)
+    stock = _prepare(base, inputs, "stock", None, STOCK, device)
+    held_outside = held_beside_regions(measure(stock.step, device))
+    stock.reset()
+    explored = _prepare(base, inputs, "ours", EXPLORE, ours(EXPLORE, held_outside), device)
     records = load_records({"records": explored.records})
     fractions = frontier_fractions(records) if at_frontier else fractions_for(records, points)
     del explored
-    prepared = [_prepare(base, inputs, kind, f, v, device) for kind, f, v in variants_for(fractions)]
+    prepared = [stock] + [_prepare(base, inputs, kind, f, v, device)
+                          for kind, f, v in variants_for(fractions, held_outside)[1:]]
     compiled = unique_graphs()
     peaks = {}
     for p in prepared:
@@ -217,6 +240,7 @@ def run_row(name: str, size: str = "bench", points: int = POINTS, rounds: int = 
     row = {"model": name, "size": size, "mode": "train", "device": device, "batch": BATCH,
            "gpu": torch.cuda.get_device_name() if device == "cuda" else None, "parameter_bytes": parameter_bytes(base),
            "fractions": fractions, "rounds": rounds, "compiles_after_context": unique_graphs() - compiled,
+           "held_outside": held_outside and {str(k): list(v) for k, v in held_outside.items()},
            "variants": {}}
     for p in prepared:
         m = peaks[p.variant.name]

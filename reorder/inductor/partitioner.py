@@ -40,7 +40,10 @@ other calls save, under each candidate's partition: the hook's
 ``region_calls`` says how many. Eager code beside the regions (a loss
 computed after a compiled model) holds what the hook's ``held_outside``
 says, in each phase of the step
-(:class:`~reorder.budget.step_peak.Held`).
+(:class:`~reorder.budget.step_peak.Held`); given per region (by the order
+the step first runs them), later regions count there too: a loss compiled
+apart runs between the model's forward and backward, beside its saved
+values.
 
 Its promises: never fail the compile (any error keeps stock's partition,
 with a WARNING on the ``reorder`` logger and a ``FallbackRecord`` with
@@ -139,7 +142,10 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
         held_before = sum(r.saved_bytes * r.calls for r in earlier.values())
         gradients = parameter_gradient_bytes(gm, num_fwd_outputs, kwargs.get("static_lifetime_input_indices")) \
             if calls > 1 else 0  # they stay only while the region's other calls run backward
-        held = Held(held_before, calls, self.options.held_outside, gradients)
+        # the region's number: how many other regions first compiled before it (the order the step first runs them)
+        compiled = list(dict.fromkeys(r.digest for r in (session.partitions if session is not None else ())))
+        region = compiled.index(digest) if digest in compiled else len(compiled)
+        held = Held(held_before, calls, self.options.held_outside_of(region), gradients)
         # a later region's inputs, and a region's own run many times (the previous call's output), are the step's
         inputs_are_activations = bool(earlier) or calls > 1
         graph = step_graph_from_joint(gm, num_fwd_outputs, kwargs.get("static_lifetime_input_indices"), name,

@@ -43,7 +43,7 @@ import threading
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence, Union
+from typing import Any, Callable, Iterator, Mapping, Sequence, Union
 
 from ..budget.frontier import reaching_fraction
 from ..budget.step_peak import Held
@@ -124,7 +124,13 @@ class HookOptions:
         all three: every estimate adds them, so the budget and its verdict
         are of the whole step. :meth:`Session.measure_step` measures them
         (``outside_by_phase`` of :func:`reorder.measure.measure`) and names
-        the value when the estimates counted less.
+        the value when the estimates counted less. Where the step runs
+        several compiled regions, a mapping from a region's number (0 for
+        the first the step runs) to its bytes: beside each region, what
+        eager code and later regions hold (a loss compiled apart runs
+        between the model's forward and backward, and its peak sits on the
+        model's saved values); ``measure_step`` measures these too
+        (``outside_by_region``).
     scalar_aliases: in joint graphs, give each later reader of a scalar computed
         from an unspecialized float input its own alias of it, so that under
         ``dynamic=True`` the forward saves what a static compile saves
@@ -147,7 +153,7 @@ class HookOptions:
     fusion_slack_fraction: float = 0.01
     memory_budget: int | float | None = None
     region_calls: int = 1
-    held_outside: int | tuple[int, int, int] = (0, 0, 0)
+    held_outside: int | tuple[int, int, int] | Mapping[int, int | tuple[int, int, int]] = (0, 0, 0)
     scalar_aliases: bool = True
     model_rewrites: tuple[str, ...] | None = None
 
@@ -224,15 +230,22 @@ class HookOptions:
                                f"(an int >= 1)")
         object.__setattr__(self, "region_calls", int(calls))
         outside = self.held_outside
-        if isinstance(outside, numbers.Integral) and not isinstance(outside, bool):
-            outside = (outside,) * 3
-        if not isinstance(outside, (tuple, list)) or len(outside) != 3 or any(
-                isinstance(b, bool) or not isinstance(b, numbers.Integral) or b < 0 for b in outside):
-            raise ReorderError(f"hook option held_outside={self.held_outside!r}: expected bytes eager code holds (an "
-                               f"int >= 0, or three: while the forwards run, between, while the backwards run)")
-        object.__setattr__(self, "held_outside", tuple(int(b) for b in outside))
+        if isinstance(outside, Mapping):
+            if any(isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0 for k in outside):
+                raise ReorderError(f"hook option held_outside={outside!r}: a mapping's keys are region numbers (an "
+                                   f"int >= 0: 0 for the first region the step runs)")
+            held = {int(k): _phase_bytes(outside[k], self.held_outside) for k in sorted(outside)}
+        else:
+            held = _phase_bytes(outside, outside)
+        object.__setattr__(self, "held_outside", held)
         if self.poison:
             object.__setattr__(self, "slab", True)
+
+    def held_outside_of(self, region: int) -> tuple[int, int, int]:
+        """What ``held_outside`` counts beside the step's region number ``region`` (0 for the first it runs)."""
+        if isinstance(self.held_outside, dict):
+            return self.held_outside.get(region, (0, 0, 0))
+        return self.held_outside
 
     @property
     def guards_fusions(self) -> bool:
@@ -250,6 +263,18 @@ class HookOptions:
         figures): part of the pass's ``uuid()``, so Inductor's caches tell configurations apart."""
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "capture_dir"}
         return hashlib.sha256(repr(sorted(fields.items())).encode()).hexdigest()[:16]
+
+
+def _phase_bytes(value, option) -> tuple[int, int, int]:
+    """``held_outside``'s bytes by phase from one int or three (``option``: the whole option, for the error)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = (value,) * 3
+    if not isinstance(value, (tuple, list)) or len(value) != 3 or any(
+            isinstance(b, bool) or not isinstance(b, numbers.Integral) or b < 0 for b in value):
+        raise ReorderError(f"hook option held_outside={option!r}: expected bytes eager code holds (an int >= 0, or "
+                           f"three: while the forwards run, between, while the backwards run), or a mapping from "
+                           f"region number to either")
+    return tuple(int(b) for b in value)
 
 
 class _Record:
@@ -682,7 +707,9 @@ class Session:
         per layer, FSDP) has one record, whose estimates count ``region_calls`` calls, and eager code beside
         the regions holds memory the estimates count as ``held_outside``: where the step ran more compiled calls,
         or its eager code held more (by over 2% of the budget in some phase), a WARNING gives the options that
-        count them."""
+        count them. Where the step ran several budgeted regions, what beside each (eager code and later
+        regions: ``outside_by_region``) held more than its estimates counted is what the warning names, as
+        ``held_outside`` by region number."""
         from ..measure import OUTSIDE_PHASES, measure
 
         measured = measure(step, device)
@@ -694,14 +721,28 @@ class Session:
         calls = len(measured.forward_calls)
         regions = len({r.digest or r.graph for r in records})
         counted = max(r.calls for r in records)
-        eager = tuple(measured.outside_by_phase.get(phase, 0) for phase in OUTSIDE_PHASES)
+        by_phase = lambda held: tuple(held.get(phase, 0) for phase in OUTSIDE_PHASES)  # noqa: E731
+        eager = by_phase(measured.outside_by_phase)
         eager_counted = tuple(max(r.held_outside[k] for r in records) for k in range(3))
+        first_records: dict[str, PartitionRecord] = {}  # each region's first record, in the order they compiled
+        for r in records:
+            first_records.setdefault(r.digest or r.graph, r)
+        beside = [by_phase(held) for held in measured.outside_by_region]
         reasons, options = [], []
         if calls > regions * counted:
             reasons.append(f"the step ran {calls} compiled forward calls of {regions} budgeted regions, whose "
                            f"estimates count {counted} call(s) each")
             options.append(f"region_calls={-(-calls // regions)}")
-        if any(got > held + 0.02 * budget for got, held in zip(eager, eager_counted)):
+        counted_beside = [r.held_outside for r in first_records.values()]
+        if regions > 1 and len(beside) == regions and any(
+                got > held + 0.02 * budget for region in zip(beside, counted_beside) for got, held in zip(*region)):
+            bytes_of = lambda held: ", ".join(f"{b:,}" for b in held)  # noqa: E731
+            reasons.append("beside each compiled region, eager code and later regions held " + "; ".join(
+                f"{bytes_of(got)} B beside region {k} ({r.graph}), where its estimates count "
+                f"{bytes_of(r.held_outside)} B" for k, (got, r) in enumerate(zip(beside, first_records.values())))
+                           + " (while it ran forward, between, while it ran backward)")
+            options.append(f"held_outside={dict(enumerate(beside))}")
+        elif any(got > held + 0.02 * budget for got, held in zip(eager, eager_counted)):
             reasons.append("eager code beside the compiled graphs held " + ", ".join(
                 f"{got:,} B {phase}" for got, phase in zip(eager, ("while they ran forward", "between",
                                                                     "while they ran backward")))
