@@ -499,10 +499,12 @@ def test_an_offered_partition_needs_half_the_resolution_to_be_a_point():
     assert left_out.partition.saved not in {p.partition.saved for p in near.points}
 
 
-def test_a_candidate_of_ours_beating_an_offered_one_needs_half_the_resolution_too():
-    """Where a candidate of ours is no costlier and no higher than an offered one, the offered one is never the
-    better choice: were only the offered one given half the resolution, a budget between the two would get twice
-    the recomputation for a higher peak, while ours, left out by the whole resolution, met it."""
+def test_a_candidate_of_ours_cheaper_and_lower_than_an_offered_point_is_a_near_copy_and_stays_out():
+    """A candidate of ours that the whole resolution leaves out, cheaper and lower than an offered point kept at
+    half of it, lies within half the resolution of that point: a near copy by the estimate, and the offered
+    point stays. Giving ours the half instead was tried: on ALBERT-MLM it put our price-1/2 partition in the
+    place of Inductor's 0.6 (estimated 0.33 MB lower, 1.8% of its recomputation), which measured 41.59 MB
+    against 40.01 MB, and above stock's partition under our order (40.82 MB)."""
     graph = layers(6)
     stock = candidate_of(graph, graph.ids([f"wide{k}" for k in range(6)] + ["x"]), "inductor")
     ours = frontier(graph, stock, resolution=0.0).points[0]  # recomputes one layer's wide value
@@ -510,11 +512,10 @@ def test_a_candidate_of_ours_beating_an_offered_one_needs_half_the_resolution_to
     assert ours.cost < offered.cost and ours.peak.peak < offered.peak.peak
     resolution = (stock.peak.peak - ours.peak.peak + 1) / stock.peak.peak  # ours is not lower by more than this
     front = frontier(graph, stock, resolution=resolution, offered={"inductor budget": offered.partition.saved})
-    chosen = front.choose(offered.peak.peak).candidate
-    assert chosen.partition == ours.partition
-    assert offered.partition.saved not in {p.partition.saved for p in front.points}
-    without = frontier(graph, stock, resolution=resolution)
-    assert ours.partition.saved not in {p.partition.saved for p in without.points}
+    points = [p.partition.saved for p in front.points]
+    assert offered.partition.saved in points and ours.partition.saved not in points
+    assert offered.peak.peak - ours.peak.peak < int(resolution * stock.peak.peak) // 2
+    assert front.choose(offered.peak.peak).candidate.partition == offered.partition
 
 
 def test_a_frontier_without_points_keeps_stock_for_every_budget():
