@@ -84,8 +84,9 @@ class MemoryMeasurement:
     the backwards, and while the compiled backwards ran (:func:`outside_held`:
     what a memory budget's ``held_outside`` counts for the step's eager code);
     ``outside_by_region``: the same for each compiled region, in the order the
-    step first ran them, counting later regions beside eager code
-    (:func:`outside_by_region`: a budget's ``held_outside`` per region).
+    step first ran them, counting later regions beside eager code, and the
+    region's outputs they held (:func:`outside_by_region`: a budget's
+    ``held_outside`` per region).
     """
 
     device: str
@@ -190,25 +191,31 @@ def outside_held(paired: tuple[list, dict[int, int], list[int]], calls: list[tup
     ``paired``: :func:`_paired_allocations`): while a compiled forward runs, from the end of the last compiled
     forward to the start of the first compiled backward (every call's saved values held), and while a compiled
     backward runs, less what that call frees (its inputs: the region's estimate counts them). Empty where no
-    compiled forward and backward both ran."""
+    compiled forward and backward both ran. Given ``own`` (one region's calls and earlier regions'), the phase
+    between also counts what the region's forwards allocated and the step freed in it: outputs later code held
+    (the logits a loss region saved), which the region's estimate, holding its saved values, does not count."""
     forwards = [(s, e) for s, e, backward in calls if not backward]
     backwards = [(s, e) for s, e, backward in calls if backward]
     if not forwards or not backwards:
         return {}
-    own = [(s, e) for s, e, _ in calls] if own is None else own
+    last_forward, first_backward = max(e for _, e in forwards), min(s for s, _ in backwards)
     events, freed_at, _ = paired
-    eager = [(e.start_time_ns, freed_at.get(k), e.extra_fields.alloc_size) for k, e in enumerate(events)
-             if e.extra_fields.alloc_size > 0 and not any(s <= e.start_time_ns <= f for s, f in own)]
+    made = [(e.start_time_ns, freed_at.get(k), e.extra_fields.alloc_size) for k, e in enumerate(events)
+            if e.extra_fields.alloc_size > 0]
+    within = lambda t, spans: any(s <= t <= f for s, f in spans)  # noqa: E731
+    eager = [a for a in made if not within(a[0], [(s, e) for s, e, _ in calls] if own is None else own)]
+    handed_on = [] if own is None else [
+        a for a in made if within(a[0], forwards) and a[1] is not None and last_forward < a[1] < first_backward]
 
-    def live(at: int, end: int | None = None) -> int:
+    def live(at: int, end: int | None = None, allocations: list = eager) -> int:
         """Those bytes live at ``at``, but those the compiled call running until ``end`` frees: its inputs
         (the tangents a backward is handed), which the region's own estimate counts."""
-        return sum(size for t, freed, size in eager
+        return sum(size for t, freed, size in allocations
                    if t <= at and (freed is None or freed > (at if end is None else end)))
 
-    last_forward, first_backward = max(e for _, e in forwards), min(s for s, _ in backwards)
     between = [last_forward, *(t for t, _, _ in eager if last_forward <= t <= first_backward)]
-    return {"forward": max(live(s, e) for s, e in forwards), "between": max(live(t) for t in between),
+    return {"forward": max(live(s, e) for s, e in forwards),
+            "between": max(live(t, allocations=eager + handed_on) for t in between),
             "backward": max(live(s, e) for s, e in backwards)}
 
 

@@ -127,10 +127,10 @@ class HookOptions:
         the value when the estimates counted less. Where the step runs
         several compiled regions, a mapping from a region's number (0 for
         the first the step runs) to its bytes: beside each region, what
-        eager code and later regions hold (a loss compiled apart runs
-        between the model's forward and backward, and its peak sits on the
-        model's saved values); ``measure_step`` measures these too
-        (``outside_by_region``).
+        eager code and later regions hold, the region's outputs they keep
+        included (a loss compiled apart runs between the model's forward
+        and backward, on the model's saved values and the logits it saves);
+        ``measure_step`` measures these too (``outside_by_region``).
     scalar_aliases: in joint graphs, give each later reader of a scalar computed
         from an unspecialized float input its own alias of it, so that under
         ``dynamic=True`` the forward saves what a static compile saves
@@ -941,8 +941,8 @@ def partition_line(r: PartitionRecord) -> str:
     if r.calls > 1:
         budget += f"; the region run {r.calls} times a step, every estimate counting all the calls"
     if any(r.held_outside):
-        budget += "; eager code beside it counted at " + "/".join(format_bytes(b) for b in r.held_outside) + \
-            " (forward/between/backward)"
+        budget += "; what eager code and later regions hold beside it counted at " + \
+            "/".join(format_bytes(b) for b in r.held_outside) + " (forward/between/backward)"
     estimates = f"estimated step peak {format_bytes(r.stock_peak)} -> {format_bytes(r.peak)}"
     if r.compiled_peak is not None:
         estimates += f", compiled graphs {format_bytes(r.compiled_peak)}"
