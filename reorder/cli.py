@@ -643,7 +643,7 @@ def compare_arguments(p: argparse.ArgumentParser) -> None:
                         f"budget:0.5x4 (each compiled region run 4 times a step: a compile per layer), "
                         f"budget:0.5+held=F/M/B (held_outside: bytes the step's eager code holds while the compiled "
                         f"forwards run / between / while the backwards run, as session.measure_step names them; "
-                        f"by region number, +held=0:F/M/B;1:N), "
+                        f"by region number, +held=0:F/M/B;1:N, quoted), "
                         f"inductor-budget:F (stock with Inductor's own activation_memory_budget=F)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--out", default="compare-out", help="folder for the plot and compare.json (default: ./compare-out)")

@@ -165,7 +165,7 @@ def held_value(text: str, spec: str) -> int | tuple[int, int, int] | dict[int, i
         regions = {}
         for part in value.split(";"):
             region, _, amounts = part.partition(":")
-            if not region.strip().isdigit():
+            if not region.strip().isdigit() or int(region) in regions or ":" in amounts:
                 _refuse_held(spec)
             regions[int(region)] = held_value(f"held={amounts}", spec)
         return regions
@@ -186,8 +186,8 @@ def _refuse_held(spec: str) -> None:
     raise ReorderError(f"variant {spec!r}: '+held=' takes the bytes the step's eager code holds beside the "
                        f"compiled regions (held_outside): one amount, or three separated by '/' (while the "
                        f"forwards run / between / while the backwards run), each a whole number of bytes or "
-                       f"with a unit (8MB); by region, 'R:' before each, regions separated by ';' "
-                       f"(0:0/40MB/1MB;1:4)")
+                       f"with a unit (8MB); by region, 'R:' before each, each region once, separated by ';' "
+                       f"(0:0/40MB/1MB;1:4, quoted in a shell)")
 
 
 def parse_variants(text: str | Sequence[str]) -> list[Variant]:

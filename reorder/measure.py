@@ -114,6 +114,11 @@ class MemoryMeasurement:
         """The compiled calls made outside autograd's backward: one per compiled forward (or inference) call."""
         return tuple(c for c in self.compiled_calls if not c.name.endswith("(backward)"))
 
+    def held_beside_regions(self) -> list[tuple[int, int, int]]:
+        """:attr:`outside_by_region` as a memory budget's ``held_outside`` takes it: ``(while the forwards run,
+        between, while the backwards run)`` bytes per region, by region number."""
+        return [tuple(held.get(phase, 0) for phase in OUTSIDE_PHASES) for held in self.outside_by_region]
+
     def to_json(self) -> dict:
         return {
             "device": self.device, "peak": self.peak, "end": self.end, "allocations": self.allocations,
@@ -203,20 +208,33 @@ def outside_held(paired: tuple[list, dict[int, int], list[int]], calls: list[tup
     made = [(e.start_time_ns, freed_at.get(k), e.extra_fields.alloc_size) for k, e in enumerate(events)
             if e.extra_fields.alloc_size > 0]
     within = lambda t, spans: any(s <= t <= f for s, f in spans)  # noqa: E731
-    eager = [a for a in made if not within(a[0], [(s, e) for s, e, _ in calls] if own is None else own)]
     handed_on = [] if own is None else [
         a for a in made if within(a[0], forwards) and a[1] is not None and last_forward < a[1] < first_backward]
+    own = [(s, e) for s, e, _ in calls] if own is None else own
+    eager = [a for a in made if not within(a[0], own)]
 
-    def live(at: int, end: int | None = None, allocations: list = eager) -> int:
+    def live(at: int, end: int) -> int:
         """Those bytes live at ``at``, but those the compiled call running until ``end`` frees: its inputs
         (the tangents a backward is handed), which the region's own estimate counts."""
-        return sum(size for t, freed, size in allocations
-                   if t <= at and (freed is None or freed > (at if end is None else end)))
+        return sum(size for t, freed, size in eager if t <= at and (freed is None or freed > end))
 
     between = [last_forward, *(t for t, _, _ in eager if last_forward <= t <= first_backward)]
-    return {"forward": max(live(s, e) for s, e in forwards),
-            "between": max(live(t, allocations=eager + handed_on) for t in between),
+    return {"forward": max(live(s, e) for s, e in forwards), "between": _most_live(eager + handed_on, between),
             "backward": max(live(s, e) for s, e in backwards)}
+
+
+def _most_live(allocations: list[tuple[int, int | None, int]], times: list[int]) -> int:
+    """The most bytes of ``allocations`` (``(time, freed at or None, bytes)``) live at any of ``times``: one
+    sweep over their allocations and frees in time order."""
+    changes = sorted([(t, size) for t, _, size in allocations]
+                     + [(freed, -size) for _, freed, size in allocations if freed is not None])
+    most = live = k = 0
+    for at in sorted(times):
+        while k < len(changes) and changes[k][0] <= at:
+            live += changes[k][1]
+            k += 1
+        most = max(most, live)
+    return most
 
 
 def outside_by_region(paired: tuple[list, dict[int, int], list[int]], calls: list[tuple[int, int, str, bool]]
@@ -225,26 +243,50 @@ def outside_by_region(paired: tuple[list, dict[int, int], list[int]], calls: lis
     backward calls autograd pairs with them: the last forward call not yet paired, as autograd runs a chain of
     regions' backwards in reverse), what :func:`outside_held` counts beside it when its own calls and earlier
     regions' are not outside: eager code and later regions (a loss compiled apart runs between the model's
-    forward and backward). ``calls``: ``(start, end, region, in_backward)`` ns, in time order, ``region``
-    naming the compiled frame a forward call came from."""
+    forward and backward). ``calls``: :func:`_region_calls`, in time order; a call of no role (an inference
+    call) belongs to no region, and what it allocates is outside every region."""
     names: list[str] = []
     members: list[list[int]] = []
     unpaired: list[int] = []
-    for k, (_, _, name, backward) in enumerate(calls):
-        if not backward:
+    for k, (_, _, name, role) in enumerate(calls):
+        if role == "forward":
             if name not in names:
                 names.append(name)
                 members.append([])
             region = names.index(name)
             members[region].append(k)
             unpaired.append(region)
-        elif unpaired:
+        elif role == "backward" and unpaired:
             members[unpaired.pop()].append(k)
     regions = []
     for region, ks in enumerate(members):
         own = [(calls[k][0], calls[k][1]) for earlier in members[:region + 1] for k in earlier]
-        regions.append(outside_held(paired, [(calls[k][0], calls[k][1], calls[k][3]) for k in ks], own))
+        regions.append(outside_held(paired, [(calls[k][0], calls[k][1], calls[k][3] == "backward") for k in ks],
+                                    own))
     return tuple(regions)
+
+
+def _region_calls(events: list, call_ranges: list[tuple[int, int, str]], in_backward: list[bool]
+                  ) -> list[tuple[int, int, str, str | None]]:
+    """Each compiled call as ``(start, end, frame, role)`` for :func:`outside_by_region`: ``frame``, the Dynamo
+    frame that made it (``Torch-Compiled Region: <frame>/<compile>``; a recompile is the same region; graphs'
+    own names are all ``None`` with Inductor's caches off); ``role``, ``"backward"`` inside autograd's
+    ``CompiledFunctionBackward``, ``"forward"`` inside ``CompiledFunction`` (a forward autograd will run the
+    backward of), None else (an inference call, a forward recomputed during the backward). Where those ranges
+    are missing, the role follows the time: inside the autograd engine is backward."""
+    functions = _ranges(events, lambda n: n in ("CompiledFunction", "CompiledFunctionBackward"))
+    frames = _ranges(events, lambda n: n.startswith("Torch-Compiled Region"))
+    calls = []
+    for (start, end, name), during in zip(call_ranges, in_backward):
+        frame = max(((s, n) for s, e, n in frames if s <= start and end <= e), default=(0, name))[1]
+        frame = frame.removeprefix("Torch-Compiled Region: ").partition("/")[0]
+        if not functions:
+            role = "backward" if during else "forward"
+        else:
+            inside = [n for s, e, n in functions if s <= start and end <= e]
+            role = "backward" if "CompiledFunctionBackward" in inside else "forward" if inside else None
+        calls.append((start, end, frame, role))
+    return calls
 
 
 def peak_composition(paired: tuple[list, dict[int, int], list[int]], peak_time: int, calls: list[tuple[int, int]],
@@ -394,13 +436,6 @@ def measure(fn: Callable[[], Any], device: torch.device | str | None = None) -> 
     composition = peak_composition(paired, peak_time, [(s, e) for s, e, _ in call_ranges],
                                    backward[0][0] if backward else None)
     outside = outside_held(paired, [(s, e, during) for (s, e, _), during in zip(call_ranges, in_backward)])
-    frames = _ranges(events, lambda n: n.startswith("Torch-Compiled Region"))  # Dynamo's: one per compiled frame
-
-    def region_of(start: int, end: int, name: str) -> str:
-        """The compiled frame that made a call (graphs' names are all ``None`` with Inductor's caches off)."""
-        return max(((s, n) for s, e, n in frames if s <= start and end <= e), default=(0, name))[1]
-
-    by_region = outside_by_region(paired, [(s, e, region_of(s, e, name), during)
-                                           for (s, e, name), during in zip(call_ranges, in_backward)])
+    by_region = outside_by_region(paired, _region_calls(events, call_ranges, in_backward))
     return MemoryMeasurement(str(device), peak, current, allocations, frees, tuple(curve), phases, held, calls, cuda,
                              composition, outside, by_region)

@@ -65,6 +65,40 @@ def test_held_outside_is_bytes_in_each_phase_of_the_step(held, expected):
     assert HookOptions(memory_budget=0.5, held_outside=held).held_outside == expected
 
 
+def test_regions_are_numbered_in_the_order_they_first_compile_and_a_recompile_keeps_its_number():
+    from reorder.inductor.session import Session
+
+    session = Session(HookOptions(memory_budget=0.5))
+    assert [session.region_number(k) for k in (("frame", 4), ("frame", 9), ("frame", 4), "digest")] == [0, 1, 0, 2]
+
+
+def test_measure_step_names_what_was_held_beside_each_region_when_the_estimates_counted_less(caplog):
+    """Two budgeted regions, the second held 30 MB beside the first that its estimates did not count: the
+    warning gives ``held_outside`` by region number, as the meter measured it."""
+    from reorder.inductor.session import PartitionRecord, Session
+    from reorder.measure import MemoryMeasurement
+
+    def region(number, graph, held):
+        return PartitionRecord(graph=graph, nodes=10, budget=0.5, budget_bytes=50_000_000, stock_peak=100_000_000,
+                               peak=45_000_000, feasible=True, source="price 1/64", saved_bytes=40,
+                               stock_saved_bytes=120, recomputed=3, stock_recomputed=1, recomputed_flops=5000,
+                               stock_recomputed_flops=10, frontier=((5000, 45_000_000),), held_before=0,
+                               digest=graph, held_outside=held, region=number)
+
+    measured = MemoryMeasurement("cpu", 80_000_000, 0, 1, 1, (), outside_by_region=(
+        {"forward": 0, "between": 30_000_000, "backward": 8}, {"forward": 0, "between": 4, "backward": 4}))
+    for counted, warned in (((0, 0, 0), True), ((0, 30_000_000, 8), False)):
+        session = Session(HookOptions(memory_budget=0.5))
+        session.add(region(0, "model", counted))
+        session.add(region(1, "loss", (0, 4, 4)))
+        caplog.clear()
+        with patch("reorder.measure.measure", return_value=measured), caplog.at_level(logging.WARNING, "reorder"):
+            session.measure_step(lambda: None)
+        suggestion = "held_outside={0: (0, 30000000, 8), 1: (0, 4, 4)}"
+        assert (suggestion in caplog.text) == warned, caplog.text
+        assert all(not r.feasible and r.measured_peak == 80_000_000 for r in session.partitions)
+
+
 def test_held_outside_may_be_given_by_region_number():
     options = HookOptions(memory_budget=0.5, held_outside={1: (1, 2, 3), 0: 5})
     assert options.held_outside == {0: (5, 5, 5), 1: (1, 2, 3)}

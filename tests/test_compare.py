@@ -194,6 +194,8 @@ def test_variant_specs_name_hook_options_or_inductors_own_budget(spec, hook, fun
     ("budget:0.5+held=1/2", "one amount, or three separated by '/'"),
     ("budget:0.5+held=a:5", "by region, 'R:' before each"),
     ("budget:0.5+held=0:1/2", "by region, 'R:' before each"),
+    ("budget:0.5+held=0:1:2", "by region, 'R:' before each"),
+    ("budget:0.5+held=0:1;0:2", "each region once"),
     ("budget:0.5+held=-5", "each a whole number of bytes or with a unit"),
     ("budget:0.5+held=0.5B", "each a whole number of bytes"),
     ("budget:0.5+outside=5", "'+held=' takes the bytes the step's eager code holds"),

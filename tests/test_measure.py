@@ -126,12 +126,15 @@ def test_what_later_regions_hold_beside_an_earlier_one_is_counted_for_it():
     the first (which the first's backward then frees; 256 KiB each) and two scalars. Beside the second, only
     eager code: what the whole step's phases count, eager code beside every region."""
     torch._dynamo.reset()
+    teacher = torch.compile(lambda x: x * 3)  # run without grad: a call no backward pairs with, in no region
     first = torch.compile(lambda x: (x * 2).sin())
     second = torch.compile(lambda y: y.sin())
     x = torch.randn(256, 256, requires_grad=True)
 
     def step():
         x.grad = None
+        with torch.no_grad():
+            teacher(x)
         z = second(first(x))
         z.sum().backward()
 

@@ -59,7 +59,7 @@ import torch
 from reorder.budget.frontier import reaching_fraction
 from reorder.inductor.releases import installed_version, running_release
 from reorder.inductor.session import PartitionRecord
-from reorder.measure import OUTSIDE_PHASES, measure
+from reorder.measure import measure
 
 from ..timing import alternated_times
 from ..variants import Variant, functorch, hooked, load_records, records_json
@@ -68,8 +68,8 @@ from .models import BATCH, MODELS, build, parameter_bytes
 from .tables import RESULTS, release_folder
 from .run import as_accurate, difference, float64_reference, step_function, tensors, unique_graphs
 
-__all__ = ["fractions_for", "frontier_fractions", "held_beside_regions", "main", "refresh_records", "run_row",
-           "variants_for"]
+__all__ = ["fractions_for", "frontier_fractions", "held_beside_regions", "main", "refresh_records",
+           "row_held_outside", "run_row", "variants_for"]
 
 #: Fractions tried per row, rounds of alternating steps for the medians.
 POINTS = 5
@@ -92,11 +92,10 @@ def held_beside_regions(measured) -> dict[int, tuple[int, int, int]] | None:
     """Where stock's step (``measured``: :func:`reorder.measure.measure`) runs several compiled regions, what
     eager code and later regions held beside each, by region number, as ``Session.measure_step`` would tell a
     user (GPT-2's loss region runs between its model region's forward and backward, on the model's saved
-    values); None for one region, whose estimates the defaults already make of the whole step."""
-    if len(measured.outside_by_region) < 2:
-        return None
-    return {k: tuple(held.get(phase, 0) for phase in OUTSIDE_PHASES)
-            for k, held in enumerate(measured.outside_by_region)}
+    values); None for one region, whose estimates the defaults already make of the whole step. The bytes are
+    stock's: beside the model region, the loss region under stock's partition."""
+    beside = measured.held_beside_regions()
+    return dict(enumerate(beside)) if len(beside) > 1 else None
 
 
 def inductors(fraction: float) -> Variant:
@@ -223,7 +222,7 @@ def run_row(name: str, size: str = "bench", points: int = POINTS, rounds: int = 
     fractions = frontier_fractions(records) if at_frontier else fractions_for(records, points)
     del explored
     prepared = [stock] + [_prepare(base, inputs, kind, f, v, device)
-                          for kind, f, v in variants_for(fractions, held_outside)[1:]]
+                          for kind, f, v in variants_for(fractions, held_outside) if kind != "stock"]
     compiled = unique_graphs()
     peaks = {}
     for p in prepared:
@@ -260,6 +259,12 @@ def run_row(name: str, size: str = "bench", points: int = POINTS, rounds: int = 
     return row
 
 
+def row_held_outside(row: dict) -> dict[int, tuple[int, int, int]] | None:
+    """The ``held_outside`` by region a cached row gave ours (JSON keeps the region numbers as strings)."""
+    held = row.get("held_outside")
+    return {int(k): tuple(v) for k, v in held.items()} if held else None
+
+
 def _plan(records: list[dict]) -> list[tuple]:
     """What a variant's records say was compiled: each region's partition and each graph's order and peak."""
     return [(r["source"], r["peak"], r["saved_bytes"], r["recomputed"]) if r["kind"] == "partition" else
@@ -281,10 +286,11 @@ def refresh_records(name: str) -> list[str]:
     base, inputs = build(name, row["size"], "train")
     torch._dynamo.reset()
     differ = []
+    held_outside = row_held_outside(row)
     for variant_name, cached in row["variants"].items():
         if cached["kind"] != "ours":
             continue
-        p = _prepare(base, inputs, "ours", cached["fraction"], ours(cached["fraction"]))
+        p = _prepare(base, inputs, "ours", cached["fraction"], ours(cached["fraction"], held_outside))
         gc.collect()
         peak = measure(p.step, "cpu").peak
         p.reset()

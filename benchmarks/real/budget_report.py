@@ -205,8 +205,8 @@ def step_figures(partitions: list[PartitionRecord]) -> dict:
     are those of the region whose stock peak is highest (the step's stock estimate), the highest of them (an
     int budget gives every region the same bytes). The step meets its budget when its highest estimate does:
     each region's compiled graphs' estimate where they were checked, else its partition's (a region may exceed
-    its own share while the step, whose peak is another region's, stays within the step's budget, as GPT-2's
-    model region does under its loss region; the meter measures the step). That highest estimate is the step's
+    its own share while the step, whose peak is another region's, stays within the step's budget; the meter
+    measures the step). That highest estimate is the step's
     compiled estimate where any region's compiled graphs were checked (GPT-2's loss region, compiled after the
     model's, is not: its inputs include the logits, which Inductor's model of them leaves out)."""
     budget = max(r.budget_bytes for r in partitions)

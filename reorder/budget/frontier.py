@@ -248,10 +248,10 @@ def frontier(graph: StepGraph, stock: Candidate, prices: Sequence[Fraction | Non
     # gets what Inductor's budget would make rather than a costlier point of ours, unless it is a near copy of a
     # cheaper point (on a decoder's step, Inductor's 0.9 came 0.16% of stock's estimate below our cheaper point
     # and measured 1.9 MB above it; its 0.7, 4.1% below, measured 1.1 MB below)
-    # a candidate of ours no costlier and no higher than such a point is left out all the same: it lies within
-    # half the resolution of it (left out by the whole, below the same cheaper points as the offered one), a
-    # near copy by the estimate, which measured the other way round on ALBERT-MLM (ours 41.59 MB, Inductor's
-    # 0.6 40.01 MB)
+    # a candidate of ours no costlier and no higher than such a point is left out all the same (unless it is the
+    # lowest, below): it lies within half the resolution of it (left out by the whole, below the same cheaper
+    # points as the offered one), a near copy by the estimate, which measured the other way round on
+    # ALBERT-MLM (ours 41.59 MB, Inductor's 0.6 40.01 MB)
     points = _falling(by_cost, stock, lambda c: least_drop // 2 if c.partition.saved in offered_sets else least_drop)
     # the lowest level found ends the frontier even where it lies within the resolution of the last point: a
     # budget no point meets asks for the least memory, and the estimate's best guess at it is this candidate;

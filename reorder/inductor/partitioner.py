@@ -111,7 +111,8 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
         stock = min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
         session = self.session
         try:
-            record, modules, plan = self._partition(gm, joint_inputs, kwargs, stock, name, session)
+            region = _region_number(session, gm)
+            record, modules, plan = self._partition(gm, joint_inputs, kwargs, stock, name, session, region)
         except Exception as exc:  # noqa: BLE001 - the user's compile must go on
             reason = f"{type(exc).__name__}: {exc}"
             log.warning("reorder: keeping Inductor's partition for %s: %s", name, reason)
@@ -130,8 +131,8 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
                  record.budget_bytes, record.source)
         return modules
 
-    def _partition(self, gm, joint_inputs, kwargs: dict, stock: tuple, name: str,
-                   session: Session | None) -> tuple[PartitionRecord, tuple, RegionPlan | None]:
+    def _partition(self, gm, joint_inputs, kwargs: dict, stock: tuple, name: str, session: Session | None,
+                   region: int) -> tuple[PartitionRecord, tuple, RegionPlan | None]:
         t0 = time.perf_counter()
         stages: dict[str, float] = {}
         lap = _stopwatch(stages)
@@ -142,9 +143,6 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
         held_before = sum(r.saved_bytes * r.calls for r in earlier.values())
         gradients = parameter_gradient_bytes(gm, num_fwd_outputs, kwargs.get("static_lifetime_input_indices")) \
             if calls > 1 else 0  # they stay only while the region's other calls run backward
-        # the region's number: how many other regions first compiled before it (the order the step first runs them)
-        compiled = list(dict.fromkeys(r.digest for r in (session.partitions if session is not None else ())))
-        region = compiled.index(digest) if digest in compiled else len(compiled)
         held = Held(held_before, calls, self.options.held_outside_of(region), gradients)
         # a later region's inputs, and a region's own run many times (the previous call's output), are the step's
         inputs_are_activations = bool(earlier) or calls > 1
@@ -213,6 +211,7 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
             calls=calls,
             held_outside=held.outside,
             gradient_bytes=held.gradients,
+            region=region,
         )
         # the compiled graphs of a region after the first take the activations handed over as inputs that
         # Inductor's model of them leaves out (named as parameters are): they are not checked
@@ -265,6 +264,17 @@ def joint_digest(gm) -> str:
     """A digest of a joint graph's nodes and shapes: the same region compiled again has the same one."""
     text = "\n".join(f"{n.op} {n.name} {n.target} {getattr(n.meta.get('val'), 'shape', '')}" for n in gm.graph.nodes)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _region_number(session: Session | None, gm) -> int:
+    """The session's number of the region being partitioned (:meth:`Session.region_number`), by Dynamo's frame
+    (the joint graph's digest where no frame is compiling); 0 without a session."""
+    if session is None:
+        return 0
+    from torch._guards import CompileContext
+
+    compile_id = CompileContext.current_compile_id()
+    return session.region_number(("frame", compile_id.frame_id) if compile_id is not None else joint_digest(gm))
 
 
 def _saved(graph, forward_module, num_fwd_outputs: int, joint_module) -> list[int]:

@@ -126,11 +126,12 @@ class HookOptions:
         (``outside_by_phase`` of :func:`reorder.measure.measure`) and names
         the value when the estimates counted less. Where the step runs
         several compiled regions, a mapping from a region's number (0 for
-        the first the step runs) to its bytes: beside each region, what
-        eager code and later regions hold, the region's outputs they keep
-        included (a loss compiled apart runs between the model's forward
-        and backward, on the model's saved values and the logits it saves);
-        ``measure_step`` measures these too (``outside_by_region``).
+        the first the step runs; a region left out counts none) to its
+        bytes: beside each region, what eager code and later regions hold,
+        the region's outputs they keep included (a loss compiled apart runs
+        between the model's forward and backward, on the model's saved
+        values and the logits it saves); ``measure_step`` measures these
+        too (``outside_by_region``).
     scalar_aliases: in joint graphs, give each later reader of a scalar computed
         from an unspecialized float input its own alias of it, so that under
         ``dynamic=True`` the forward saves what a static compile saves
@@ -462,10 +463,11 @@ class PartitionRecord(_Record):
     several regions holds them while this one runs); ``stock_peak`` then
     counts what the earlier regions' stock partitions saved. ``calls``: how
     many times the region runs a step (the hook's ``region_calls``), and
-    ``held_outside``: what eager code holds beside it (the hook's option):
-    every peak, stock's too, counts them (:attr:`held`); ``gradient_bytes``:
-    the parameters' gradients its backward outputs, which the other calls'
-    backwards run beside. ``digest``: the
+    ``held_outside``: what eager code (and, given by region, later regions)
+    holds beside it (the hook's option, for its ``region``: the region's
+    number, :meth:`Session.region_number`): every peak, stock's too, counts
+    them (:attr:`held`); ``gradient_bytes``: the parameters' gradients its
+    backward outputs, which the other calls' backwards run beside. ``digest``: the
     joint graph's (a region compiled again is not an earlier region).
     ``seconds``: our conversion, candidates and check. ``note``: where the
     partition Inductor made from our choice differs from the plan.
@@ -527,6 +529,7 @@ class PartitionRecord(_Record):
     calls: int = 1
     held_outside: tuple[int, int, int] = (0, 0, 0)
     gradient_bytes: int = 0
+    region: int = 0
 
     kind = "partition"
 
@@ -598,6 +601,7 @@ class Session:
         self.token = next(_tokens)
         self._records: list[Record] = []
         self._regions: dict[str, object] = {}
+        self._region_numbers: dict[object, int] = {}
         self._generated: dict[str, object] = {}
         self._lock = threading.Lock()
         self._cache_hits_seen: int | None = None
@@ -608,6 +612,13 @@ class Session:
         the forward and backward Inductor compiles from it (:mod:`~reorder.inductor.compiled_budget`)."""
         with self._lock:
             self._regions[region] = plan
+
+    def region_number(self, key: object) -> int:
+        """The number of the budgeted region ``key`` names (Dynamo's frame: a recompile is the same region), in
+        the order they first compiled, which is the order the step first runs them: what ``held_outside`` by
+        region and ``outside_by_region`` of :func:`reorder.measure.measure` count by."""
+        with self._lock:
+            return self._region_numbers.setdefault(key, len(self._region_numbers))
 
     def note_generated(self, code) -> None:
         """Keep what a compiled graph's generated code allocates (a plain
@@ -724,22 +735,26 @@ class Session:
         by_phase = lambda held: tuple(held.get(phase, 0) for phase in OUTSIDE_PHASES)  # noqa: E731
         eager = by_phase(measured.outside_by_phase)
         eager_counted = tuple(max(r.held_outside[k] for r in records) for k in range(3))
-        first_records: dict[str, PartitionRecord] = {}  # each region's first record, in the order they compiled
+        first_records: dict[int, PartitionRecord] = {}  # each region's first record, by its number
         for r in records:
-            first_records.setdefault(r.digest or r.graph, r)
-        beside = [by_phase(held) for held in measured.outside_by_region]
+            first_records.setdefault(r.region, r)
+        beside = measured.held_beside_regions()
         reasons, options = [], []
         if calls > regions * counted:
             reasons.append(f"the step ran {calls} compiled forward calls of {regions} budgeted regions, whose "
                            f"estimates count {counted} call(s) each")
             options.append(f"region_calls={-(-calls // regions)}")
-        counted_beside = [r.held_outside for r in first_records.values()]
-        if regions > 1 and len(beside) == regions and any(
+        by_region = len(first_records) > 1 and sorted(first_records) == list(range(len(beside)))
+        if len(first_records) > 1 and not by_region:
+            log.info("reorder: the step ran %d compiled regions with a backward, and %d were budgeted: no "
+                     "held_outside by region is suggested", len(beside), len(first_records))
+        counted_beside = [first_records[k].held_outside for k in range(len(beside))] if by_region else []
+        if by_region and any(
                 got > held + 0.02 * budget for region in zip(beside, counted_beside) for got, held in zip(*region)):
             bytes_of = lambda held: ", ".join(f"{b:,}" for b in held)  # noqa: E731
             reasons.append("beside each compiled region, eager code and later regions held " + "; ".join(
-                f"{bytes_of(got)} B beside region {k} ({r.graph}), where its estimates count "
-                f"{bytes_of(r.held_outside)} B" for k, (got, r) in enumerate(zip(beside, first_records.values())))
+                f"{bytes_of(got)} B beside region {k} ({first_records[k].graph}), where its estimates count "
+                f"{bytes_of(held)} B" for k, (got, held) in enumerate(zip(beside, counted_beside)))
                            + " (while it ran forward, between, while it ran backward)")
             options.append(f"held_outside={dict(enumerate(beside))}")
         elif any(got > held + 0.02 * budget for got, held in zip(eager, eager_counted)):
