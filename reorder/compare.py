@@ -160,7 +160,7 @@ def held_value(text: str, spec: str) -> int | tuple[int, int, int] | dict[int, i
     region number, ``R:`` before either, regions separated by ``;``."""
     key, _, value = text.partition("=")
     if key.strip() != "held":
-        value = ""
+        _refuse_held(spec)
     if ":" in value:
         regions = {}
         for part in value.split(";"):

@@ -117,7 +117,7 @@ class MemoryMeasurement:
     def held_beside_regions(self) -> list[tuple[int, int, int]]:
         """:attr:`outside_by_region` as a memory budget's ``held_outside`` takes it: ``(while the forwards run,
         between, while the backwards run)`` bytes per region, by region number."""
-        return [tuple(held.get(phase, 0) for phase in OUTSIDE_PHASES) for held in self.outside_by_region]
+        return [phase_bytes(held) for held in self.outside_by_region]
 
     def to_json(self) -> dict:
         return {
@@ -189,6 +189,12 @@ def _paired_allocations(tree: list, device: torch.device) -> tuple[list, dict[in
 OUTSIDE_PHASES = ("forward", "between", "backward")
 
 
+def phase_bytes(held: dict[str, int]) -> tuple[int, int, int]:
+    """:func:`outside_held`'s bytes by phase as a memory budget's ``held_outside`` takes them: ``(while the
+    forwards run, between, while the backwards run)``."""
+    return tuple(held.get(phase, 0) for phase in OUTSIDE_PHASES)
+
+
 def outside_held(paired: tuple[list, dict[int, int], list[int]], calls: list[tuple[int, int, bool]],
                  own: list[tuple[int, int]] | None = None) -> dict[str, int]:
     """The most bytes allocated outside ``own`` (intervals in ns; default: ``calls``, so eager code) held in
@@ -237,8 +243,8 @@ def _most_live(allocations: list[tuple[int, int | None, int]], times: list[int])
     return most
 
 
-def outside_by_region(paired: tuple[list, dict[int, int], list[int]], calls: list[tuple[int, int, str, bool]]
-                      ) -> tuple[dict[str, int], ...]:
+def outside_by_region(paired: tuple[list, dict[int, int], list[int]],
+                      calls: list[tuple[int, int, str, str | None]]) -> tuple[dict[str, int], ...]:
     """For each compiled region of a step (its forward calls, in the order the step first calls them, with the
     backward calls autograd pairs with them: the last forward call not yet paired, as autograd runs a chain of
     regions' backwards in reverse), what :func:`outside_held` counts beside it when its own calls and earlier

@@ -721,7 +721,7 @@ class Session:
         count them. Where the step ran several budgeted regions, what beside each (eager code and later
         regions: ``outside_by_region``) held more than its estimates counted is what the warning names, as
         ``held_outside`` by region number."""
-        from ..measure import OUTSIDE_PHASES, measure
+        from ..measure import measure, phase_bytes
 
         measured = measure(step, device)
         records = self.partitions
@@ -732,8 +732,7 @@ class Session:
         calls = len(measured.forward_calls)
         regions = len({r.digest or r.graph for r in records})
         counted = max(r.calls for r in records)
-        by_phase = lambda held: tuple(held.get(phase, 0) for phase in OUTSIDE_PHASES)  # noqa: E731
-        eager = by_phase(measured.outside_by_phase)
+        eager = phase_bytes(measured.outside_by_phase)
         eager_counted = tuple(max(r.held_outside[k] for r in records) for k in range(3))
         first_records: dict[int, PartitionRecord] = {}  # each region's first record, by its number
         for r in records:
