@@ -80,13 +80,13 @@ class MemoryMeasurement:
     graph; ``cuda``: ``max_memory_allocated``/``max_memory_reserved`` above
     the start, on CUDA; ``peak_composition``: the peak's bytes by where they
     were allocated (:func:`peak_composition`); ``outside_by_phase``: the most
-    bytes eager code held while the compiled forwards ran, between them and
-    the backwards, and while the compiled backwards ran (:func:`outside_held`:
-    what a memory budget's ``held_outside`` counts for the step's eager code);
-    ``outside_by_region``: the same for each compiled region, in the order the
-    step first ran them, counting later regions beside eager code, and the
-    region's outputs they held (:func:`outside_by_region`: a budget's
-    ``held_outside`` per region).
+    bytes eager code and the compiled forwards' kept outputs held while the
+    compiled forwards ran, between them and the backwards, and while the
+    compiled backwards ran (:func:`outside_held`: what a memory budget's
+    ``held_outside`` counts for the step's eager code); ``outside_by_region``:
+    the same for each compiled region, in the order the step first ran them,
+    counting later regions beside eager code (:func:`outside_by_region`: a
+    budget's ``held_outside`` per region).
     """
 
     device: str
@@ -197,14 +197,20 @@ def phase_bytes(held: dict[str, int]) -> tuple[int, int, int]:
 
 def outside_held(paired: tuple[list, dict[int, int], list[int]], calls: list[tuple[int, int, bool]],
                  own: list[tuple[int, int]] | None = None) -> dict[str, int]:
-    """The most bytes allocated outside ``own`` (intervals in ns; default: ``calls``, so eager code) held in
-    each phase of :data:`OUTSIDE_PHASES` of the compiled calls ``calls`` (``(start, end, in_backward)`` ns;
-    ``paired``: :func:`_paired_allocations`): while a compiled forward runs, from the end of the last compiled
-    forward to the start of the first compiled backward (every call's saved values held), and while a compiled
-    backward runs, less what that call frees (its inputs: the region's estimate counts them). Empty where no
-    compiled forward and backward both ran. Given ``own`` (one region's calls and earlier regions'), the phase
-    between also counts what the region's forwards allocated and the step freed in it: outputs later code held
-    (the logits a loss region saved), which the region's estimate, holding its saved values, does not count."""
+    """The most bytes held beside the compiled calls ``calls`` (``(start, end, in_backward)`` ns; ``paired``:
+    :func:`_paired_allocations`) that their estimates do not count, in each phase of :data:`OUTSIDE_PHASES`:
+    while a compiled forward runs, from the end of the last compiled forward to the start of the first compiled
+    backward (every call's saved values held), and while a compiled backward runs, less what that call frees (its
+    inputs: the region's estimate counts them). Empty where no compiled forward and backward both ran.
+
+    Two kinds of bytes count: what was allocated outside ``own`` (intervals in ns; default: ``calls``): eager
+    code, and given ``own`` (one region's calls and earlier regions'), later regions; and, after the last
+    forward, the forwards' *outputs* that later code keeps: allocated by a forward call, freed by none of
+    ``calls`` (not a saved value, which the backward frees). The estimate holds its saved values from the
+    forward to the backward and nothing else of the forward, but a model's logits live until an eager loss is
+    done with them, and a step that keeps the model's output in a variable holds it through the backward.
+    While the forwards run, a call's output that a later call of the same region reads is that call's input,
+    which its estimate counts: only eager code counts there."""
     forwards = [(s, e) for s, e, backward in calls if not backward]
     backwards = [(s, e) for s, e, backward in calls if backward]
     if not forwards or not backwards:
@@ -214,19 +220,19 @@ def outside_held(paired: tuple[list, dict[int, int], list[int]], calls: list[tup
     made = [(e.start_time_ns, freed_at.get(k), e.extra_fields.alloc_size) for k, e in enumerate(events)
             if e.extra_fields.alloc_size > 0]
     within = lambda t, spans: any(s <= t <= f for s, f in spans)  # noqa: E731
-    handed_on = [] if own is None else [
-        a for a in made if within(a[0], forwards) and a[1] is not None and last_forward < a[1] < first_backward]
-    own = [(s, e) for s, e, _ in calls] if own is None else own
+    spans = [(s, e) for s, e, _ in calls]
+    own = spans if own is None else own
     eager = [a for a in made if not within(a[0], own)]
+    kept = [a for a in made if within(a[0], forwards) and (a[1] is None or not within(a[1], spans))]
 
-    def live(at: int, end: int) -> int:
-        """Those bytes live at ``at``, but those the compiled call running until ``end`` frees: its inputs
-        (the tangents a backward is handed), which the region's own estimate counts."""
-        return sum(size for t, freed, size in eager if t <= at and (freed is None or freed > end))
+    def live(allocations: list[tuple[int, int | None, int]], at: int, end: int) -> int:
+        """Those of ``allocations`` live at ``at``, but those the compiled call running until ``end`` frees: its
+        inputs (the tangents a backward is handed), which the region's own estimate counts."""
+        return sum(size for t, freed, size in allocations if t <= at and (freed is None or freed > end))
 
     between = [last_forward, *(t for t, _, _ in eager if last_forward <= t <= first_backward)]
-    return {"forward": max(live(s, e) for s, e in forwards), "between": _most_live(eager + handed_on, between),
-            "backward": max(live(s, e) for s, e in backwards)}
+    return {"forward": max(live(eager, s, e) for s, e in forwards), "between": _most_live(eager + kept, between),
+            "backward": max(live(eager + kept, s, e) for s, e in backwards)}
 
 
 def _most_live(allocations: list[tuple[int, int | None, int]], times: list[int]) -> int:

@@ -118,13 +118,39 @@ def test_what_eager_code_holds_beside_compiled_calls_is_counted_in_each_phase():
     torch._dynamo.reset()
 
 
+def test_an_output_the_step_keeps_is_held_beside_its_region():
+    """A compiled ``sin(2x)`` whose output ``y`` the step keeps in a variable through the backward: the region's
+    estimate holds what it saved from its forward to its backward and none of its outputs, so ``y`` (256 KiB)
+    counts in both later phases, beside the eager ``3y`` then the gradient the eager code hands the backward
+    (256 KiB each, one at a time; the gradient is the backward's input, freed by it) and the loss's scalars
+    (20 B between, 8 B through the backward). Without the outputs, 256 KiB less in each."""
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: (x * 2).sin())
+    x = torch.randn(256, 256, requires_grad=True)
+
+    def step():
+        x.grad = None
+        y = compiled(x)
+        (y * 3).sum().backward()
+        return y.shape
+
+    step()
+    m = measure(step, "cpu")
+    size = 256 * 256 * 4
+    assert m.outside_by_phase == {"forward": 0, "between": 2 * size + 20, "backward": size + 8}
+    assert m.outside_by_region == (m.outside_by_phase,)
+    torch._dynamo.reset()
+
+
 def test_what_later_regions_hold_beside_an_earlier_one_is_counted_for_it():
     """Two compiled regions, ``sin(2x)`` then ``sin``, and an eager sum: between the first region's forward and
     its backward the second runs both ways, so beside the first the step holds the first's output ``y``, which
     the second saved (256 KiB, freed by the second's backward: the first's estimate holds only what the first
     saved), ``z`` (the second's output), the gradient the sum hands the second, the gradient the second hands
-    the first (which the first's backward then frees; 256 KiB each) and two scalars. Beside the second, only
-    eager code: what the whole step's phases count, eager code beside every region."""
+    the first (which the first's backward then frees; 256 KiB each) and two scalars. Beside the second, what
+    the second's estimate leaves out: ``z``, which the step's local keeps through both backwards, its output
+    and no saved value, the gradient the sum hands it (between) and the two scalars: what the whole step's
+    phases count, eager code and the outputs kept beside every region."""
     torch._dynamo.reset()
     teacher = torch.compile(lambda x: x * 3)  # run without grad: a call no backward pairs with, in no region
     first = torch.compile(lambda x: (x * 2).sin())
@@ -142,7 +168,7 @@ def test_what_later_regions_hold_beside_an_earlier_one_is_counted_for_it():
     m = measure(step, "cpu")
     size = 256 * 256 * 4
     assert m.outside_by_region == ({"forward": 0, "between": 4 * size + 8, "backward": size + 8},
-                                   {"forward": 0, "between": size + 8, "backward": 8})
+                                   {"forward": 0, "between": 2 * size + 8, "backward": size + 8})
     assert m.outside_by_phase == m.outside_by_region[1]
     torch._dynamo.reset()
 

@@ -118,7 +118,10 @@ class HookOptions:
         measures); :meth:`Session.measure_step` says the number a step ran.
     held_outside: bytes the step's eager code holds beside the compiled
         regions (a loss computed after the compiled model; the embedding,
-        the head and the loss a per-layer compile leaves eager), as
+        the head and the loss a per-layer compile leaves eager), the
+        regions' outputs it keeps included (the logits until an eager loss
+        is done with them, a model's output kept in a variable through the
+        backward: an estimate holds its saved values and no output), as
         ``(while the compiled forwards run, between the last forward and the
         first backward, while the compiled backwards run)``, or one int for
         all three: every estimate adds them, so the budget and its verdict
