@@ -105,6 +105,9 @@ def test_held_outside_may_be_given_by_region_number():
     assert [options.held_outside_of(k) for k in range(3)] == [(5, 5, 5), (1, 2, 3), (0, 0, 0)]
     assert HookOptions(memory_budget=0.5, held_outside=(1, 2, 3)).held_outside_of(7) == (1, 2, 3)
     assert options.uuid() != HookOptions(memory_budget=0.5, held_outside={0: 5}).uuid()
+    same = HookOptions(memory_budget=0.5, held_outside={0: (5, 5, 5), 1: (1, 2, 3)})
+    assert same == options and hash(same) == hash(options)  # the options stay a value
+    assert dataclasses.replace(options, memory_budget=0.4).held_outside == options.held_outside
     with pytest.raises(ReorderError, match=r"held_outside=\{-1: 0\}: a mapping's keys are region numbers"):
         HookOptions(memory_budget=0.5, held_outside={-1: 0})
     with pytest.raises(ReorderError, match=r"hook option held_outside=\{0: \(1, 2\)\}: expected bytes eager code"):

@@ -238,7 +238,7 @@ class HookOptions:
             if any(isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0 for k in outside):
                 raise ReorderError(f"hook option held_outside={outside!r}: a mapping's keys are region numbers (an "
                                    f"int >= 0: 0 for the first region the step runs)")
-            held = {int(k): _phase_bytes(outside[k], self.held_outside) for k in sorted(outside)}
+            held = RegionBytes({int(k): _phase_bytes(outside[k], self.held_outside) for k in sorted(outside)})
         else:
             held = _phase_bytes(outside, outside)
         object.__setattr__(self, "held_outside", held)
@@ -247,7 +247,7 @@ class HookOptions:
 
     def held_outside_of(self, region: int) -> tuple[int, int, int]:
         """What ``held_outside`` counts beside the step's region number ``region`` (0 for the first it runs)."""
-        if isinstance(self.held_outside, dict):
+        if isinstance(self.held_outside, RegionBytes):
             return self.held_outside.get(region, (0, 0, 0))
         return self.held_outside
 
@@ -267,6 +267,32 @@ class HookOptions:
         figures): part of the pass's ``uuid()``, so Inductor's caches tell configurations apart."""
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "capture_dir"}
         return hashlib.sha256(repr(sorted(fields.items())).encode()).hexdigest()[:16]
+
+
+class RegionBytes(Mapping):
+    """``held_outside`` by region number, as :class:`HookOptions` keeps it: a mapping that cannot change and
+    hashes, so that the options stay a value (equal options, equal hashes); it prints as the dict it was given."""
+
+    def __init__(self, by_region: Mapping[int, tuple[int, int, int]]):
+        self._by_region = dict(by_region)
+
+    def __getitem__(self, region: int) -> tuple[int, int, int]:
+        return self._by_region[region]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._by_region)
+
+    def __len__(self) -> int:
+        return len(self._by_region)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._by_region.items()))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Mapping) and self._by_region == dict(other)
+
+    def __repr__(self) -> str:
+        return repr(self._by_region)
 
 
 def _phase_bytes(value, option) -> tuple[int, int, int]:
