@@ -196,17 +196,17 @@ def phase_bytes(held: dict[str, int]) -> tuple[int, int, int]:
 
 
 def outside_held(paired: tuple[list, dict[int, int], list[int]], calls: list[tuple[int, int, bool]],
-                 own: list[tuple[int, int]] | None = None) -> dict[str, int]:
+                 own: list[tuple[int, int, bool]] | None = None) -> dict[str, int]:
     """The most bytes held beside the compiled calls ``calls`` (``(start, end, in_backward)`` ns; ``paired``:
     :func:`_paired_allocations`) that their estimates do not count, in each phase of :data:`OUTSIDE_PHASES`:
     while a compiled forward runs, from the end of the last compiled forward to the start of the first compiled
     backward (every call's saved values held), and while a compiled backward runs, less what that call frees (its
     inputs: the region's estimate counts them). Empty where no compiled forward and backward both ran.
 
-    Two kinds of bytes count: what was allocated outside ``own`` (intervals in ns; default: ``calls``): eager
-    code, and given ``own`` (one region's calls and earlier regions'), later regions; and, after the last
-    forward, the forwards' *outputs* that later code keeps: allocated by a forward call, freed by none of
-    ``calls`` (not a saved value, which the backward frees). The estimate holds its saved values from the
+    Two kinds of bytes count: what was allocated outside ``own`` (calls as ``calls`` gives them; default:
+    ``calls``): eager code, and given ``own`` (one region's calls and earlier regions'), later regions; and,
+    after the last forward, the *outputs* of ``own``'s forwards that later code keeps: allocated by a forward
+    call, freed by none of ``own`` (not a saved value, which a backward frees). The estimate holds its
     forward to the backward and nothing else of the forward, but a model's logits live until an eager loss is
     done with them, and a step that keeps the model's output in a variable holds it through the backward.
     While the forwards run, a call's output that a later call of the same region reads is that call's input,
@@ -220,10 +220,10 @@ def outside_held(paired: tuple[list, dict[int, int], list[int]], calls: list[tup
     made = [(e.start_time_ns, freed_at.get(k), e.extra_fields.alloc_size) for k, e in enumerate(events)
             if e.extra_fields.alloc_size > 0]
     within = lambda t, spans: any(s <= t <= f for s, f in spans)  # noqa: E731
-    spans = [(s, e) for s, e, _ in calls]
-    own = spans if own is None else own
-    eager = [a for a in made if not within(a[0], own)]
-    kept = [a for a in made if within(a[0], forwards) and (a[1] is None or not within(a[1], spans))]
+    own = calls if own is None else own
+    spans, own_forwards = [(s, e) for s, e, _ in own], [(s, e) for s, e, backward in own if not backward]
+    eager = [a for a in made if not within(a[0], spans)]
+    kept = [a for a in made if within(a[0], own_forwards) and (a[1] is None or not within(a[1], spans))]
 
     def live(allocations: list[tuple[int, int | None, int]], at: int, end: int) -> int:
         """Those of ``allocations`` live at ``at``, but those the compiled call running until ``end`` frees: its
@@ -254,8 +254,8 @@ def outside_by_region(paired: tuple[list, dict[int, int], list[int]],
     """For each compiled region of a step (its forward calls, in the order the step first calls them, with the
     backward calls autograd pairs with them: the last forward call not yet paired, as autograd runs a chain of
     regions' backwards in reverse), what :func:`outside_held` counts beside it when its own calls and earlier
-    regions' are not outside: eager code and later regions (a loss compiled apart runs between the model's
-    forward and backward). ``calls``: :func:`_region_calls`, in time order; a call of no role (an inference
+    regions' are not outside: eager code, later regions (a loss compiled apart runs between the model's
+    forward and backward), and the outputs of it and of earlier regions that the step keeps. ``calls``: :func:`_region_calls`, in time order; a call of no role (an inference
     call) belongs to no region, and what it allocates is outside every region."""
     names: list[str] = []
     members: list[list[int]] = []
@@ -272,7 +272,8 @@ def outside_by_region(paired: tuple[list, dict[int, int], list[int]],
             members[unpaired.pop()].append(k)
     regions = []
     for region, ks in enumerate(members):
-        own = [(calls[k][0], calls[k][1]) for earlier in members[:region + 1] for k in earlier]
+        own = [(calls[k][0], calls[k][1], calls[k][3] == "backward") for earlier in members[:region + 1]
+               for k in earlier]
         regions.append(outside_held(paired, [(calls[k][0], calls[k][1], calls[k][3] == "backward") for k in ks],
                                     own))
     return tuple(regions)

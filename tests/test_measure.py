@@ -173,6 +173,33 @@ def test_what_later_regions_hold_beside_an_earlier_one_is_counted_for_it():
     torch._dynamo.reset()
 
 
+def test_an_earlier_regions_output_the_step_keeps_is_held_beside_a_later_region():
+    """``y = first(x)`` kept in a variable, then ``second(y).sum().backward()``: beside the second region the
+    step holds ``y`` (256 KiB) after the second's forward and through its backward, an output of the first that
+    no call frees (the step's variable keeps it), beside the gradient the sum hands the second and the scalars:
+    without the earlier region's outputs, 256 KiB less in each. Beside the first, ``y`` is its own output kept,
+    and the second's output and gradients are a later region's; the step's phases count what beside the last
+    region is counted."""
+    torch._dynamo.reset()
+    first = torch.compile(lambda x: (x * 2).sin())
+    second = torch.compile(lambda y: y.sin())
+    x = torch.randn(256, 256, requires_grad=True)
+
+    def step():
+        x.grad = None
+        y = first(x)
+        second(y).sum().backward()
+        return y.shape
+
+    step()
+    m = measure(step, "cpu")
+    size = 256 * 256 * 4
+    assert m.outside_by_region == ({"forward": 0, "between": 3 * size + 8, "backward": size + 8},
+                                   {"forward": 0, "between": 2 * size + 12, "backward": size + 8})
+    assert m.outside_by_phase == m.outside_by_region[1]
+    torch._dynamo.reset()
+
+
 def test_measure_prints_nothing(capfd):
     """Kineto's USDT profiler_start/profiler_stop lines (written to descriptor 2 by C++) are dropped."""
     measure(lambda: torch.empty(10), "cpu")
