@@ -206,11 +206,11 @@ def outside_held(paired: tuple[list, dict[int, int], list[int]], calls: list[tup
     Two kinds of bytes count: what was allocated outside ``own`` (calls as ``calls`` gives them; default:
     ``calls``): eager code, and given ``own`` (one region's calls and earlier regions'), later regions; and,
     after the last forward, the *outputs* of ``own``'s forwards that later code keeps: allocated by a forward
-    call, freed by none of ``own`` (not a saved value, which a backward frees). The estimate holds its
-    forward to the backward and nothing else of the forward, but a model's logits live until an eager loss is
-    done with them, and a step that keeps the model's output in a variable holds it through the backward.
-    While the forwards run, a call's output that a later call of the same region reads is that call's input,
-    which its estimate counts: only eager code counts there."""
+    call, freed by none of ``own`` (not a saved value, which a backward frees). The estimate holds its saved
+    values from the forward to the backward and nothing else of the forward, but a model's logits live until
+    an eager loss is done with them, and a step that keeps the model's output in a variable holds it through
+    the backward. While the forwards run, a call's output that a later call of the same region reads is that
+    call's input, which its estimate counts: only eager code counts there."""
     forwards = [(s, e) for s, e, backward in calls if not backward]
     backwards = [(s, e) for s, e, backward in calls if backward]
     if not forwards or not backwards:
