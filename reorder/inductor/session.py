@@ -780,13 +780,15 @@ class Session:
         if by_region and any(
                 got > held + 0.02 * budget for region in zip(beside, counted_beside) for got, held in zip(*region)):
             bytes_of = lambda held: ", ".join(f"{b:,}" for b in held)  # noqa: E731
-            reasons.append("beside each compiled region, eager code and later regions held " + "; ".join(
+            reasons.append("beside each compiled region, eager code and later regions held (with the compiled "
+                           "outputs they kept) " + "; ".join(
                 f"{bytes_of(got)} B beside region {k} ({first_records[k].graph}), where its estimates count "
                 f"{bytes_of(held)} B" for k, (got, held) in enumerate(zip(beside, counted_beside)))
                            + " (while it ran forward, between, while it ran backward)")
             options.append(f"held_outside={dict(enumerate(beside))}")
         elif any(got > held + 0.02 * budget for got, held in zip(eager, eager_counted)):
-            reasons.append("eager code beside the compiled graphs held " + ", ".join(
+            reasons.append("eager code beside the compiled graphs held (with the compiled outputs it kept) "
+                           + ", ".join(
                 f"{got:,} B {phase}" for got, phase in zip(eager, ("while they ran forward", "between",
                                                                     "while they ran backward")))
                            + f", where the estimates count {', '.join(f'{b:,}' for b in eager_counted)} B")
