@@ -255,8 +255,9 @@ def outside_by_region(paired: tuple[list, dict[int, int], list[int]],
     backward calls autograd pairs with them: the last forward call not yet paired, as autograd runs a chain of
     regions' backwards in reverse), what :func:`outside_held` counts beside it when its own calls and earlier
     regions' are not outside: eager code, later regions (a loss compiled apart runs between the model's
-    forward and backward), and the outputs of it and of earlier regions that the step keeps. ``calls``: :func:`_region_calls`, in time order; a call of no role (an inference
-    call) belongs to no region, and what it allocates is outside every region."""
+    forward and backward), and the outputs of it and of earlier regions that the step keeps. ``calls``:
+    :func:`_region_calls`, in time order; a call of no role (an inference call) belongs to no region, and what
+    it allocates is outside every region."""
     names: list[str] = []
     members: list[list[int]] = []
     unpaired: list[int] = []
@@ -270,13 +271,10 @@ def outside_by_region(paired: tuple[list, dict[int, int], list[int]],
             unpaired.append(region)
         elif role == "backward" and unpaired:
             members[unpaired.pop()].append(k)
-    regions = []
-    for region, ks in enumerate(members):
-        own = [(calls[k][0], calls[k][1], calls[k][3] == "backward") for earlier in members[:region + 1]
-               for k in earlier]
-        regions.append(outside_held(paired, [(calls[k][0], calls[k][1], calls[k][3] == "backward") for k in ks],
-                                    own))
-    return tuple(regions)
+    as_held = [(start, end, role == "backward") for start, end, _, role in calls]  # as outside_held takes them
+    return tuple(outside_held(paired, [as_held[k] for k in ks],
+                              [as_held[k] for earlier in members[:region + 1] for k in earlier])
+                 for region, ks in enumerate(members))
 
 
 def _region_calls(events: list, call_ranges: list[tuple[int, int, str]], in_backward: list[bool]
