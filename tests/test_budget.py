@@ -223,8 +223,9 @@ def test_the_nested_cuts_cut_fewer_times_than_there_are_prices(monkeypatch):
     graph = layers(6)
     expected = [cheapest_partition(graph, price) for price in PRICES]
     cuts = []
-    original = partition_module._forward_side
-    monkeypatch.setattr(partition_module, "_forward_side", lambda *args: cuts.append(args[1]) or original(*args))
+    original = partition_module._PricedNetwork.forward_side
+    monkeypatch.setattr(partition_module._PricedNetwork, "forward_side",
+                        lambda self, price: cuts.append(price) or original(self, price))
     assert partition_module.cheapest_partitions(graph, PRICES) == expected
     assert len(set(p.saved for p in expected)) <= len(cuts) < len(PRICES) // 2
 

@@ -11,6 +11,7 @@ from unittest.mock import patch
 
 import pytest
 import torch
+from hypothesis import given, strategies as st
 from functorch.compile import aot_function, make_boxed_func
 from torch import nn
 from torch._functorch.partitioners import min_cut_rematerialization_partition
@@ -340,6 +341,81 @@ def test_inductors_choices_at_every_budget_are_its_partitioners_run_in_full():
     assert [b for b, _, _ in found] == list(INDUCTOR_BUDGETS)
     assert all(fast == full for _, fast, full in found), found
     assert len({fast for _, fast, _ in found}) > 1  # the budgets do choose differently
+
+
+def test_inductors_choices_count_each_nodes_runtime_once(monkeypatch):
+    """The knapsack of every budget weighs the same nodes: their runtimes (flops counted on fake tensors) are
+    counted once for all the budgets, and the choices are those of counting them every time."""
+    import collections
+
+    import torch._functorch.partitioners as partitioners
+
+    from reorder.inductor.partitioner import INDUCTOR_BUDGETS, _inductor_choices
+
+    counted = collections.Counter()
+    original = partitioners.estimate_runtime
+
+    def counting(node):
+        counted[node.name] += 1
+        return original(node)
+
+    monkeypatch.setattr(partitioners, "estimate_runtime", counting)
+    found = []
+
+    def capture(gm, joint_inputs, **kwargs):
+        found.append(_inductor_choices(gm, joint_inputs, kwargs, INDUCTOR_BUDGETS))
+        once = dict(counted)
+        counted.clear()
+        budgets_one_by_one = {}
+        for budget in INDUCTOR_BUDGETS:
+            budgets_one_by_one.update(_inductor_choices(gm, joint_inputs, kwargs, (budget,)))
+        found.append(budgets_one_by_one)
+        found.append((once, dict(counted)))
+        return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+
+    model, x = mlp(dropout=0.1), torch.randn(256, 64)
+    run(step_of(model, capture), model, x)
+    together, one_by_one, (once, every_time) = found
+    assert together == one_by_one
+    assert once and set(once.values()) == {1}
+    assert sum(every_time.values()) > sum(once.values())  # several budgets reach the knapsack
+
+
+@st.composite
+def inductor_networks(draw):
+    """Networks as Inductor's ``solve_min_cut`` builds them: named vertices, whole-number capacities (ints, floats
+    such as a size symbol's, ``INT_INF``), infinite ones as ``inf`` or no capacity at all."""
+    import math
+
+    import networkx as nx
+
+    graph = nx.DiGraph()
+    names = ["source", "sink", *(f"v{i}" for i in range(draw(st.integers(0, 7))))]
+    graph.add_nodes_from(names)
+    capacities = st.one_of(st.integers(0, 9), st.integers(0, 9).map(float), st.just(10 ** 6), st.just(math.inf),
+                           st.none())
+    for u, v, c in draw(st.lists(st.tuples(st.sampled_from(names), st.sampled_from(names), capacities),
+                                 max_size=24)):
+        if u != v:
+            graph.add_edge(u, v) if c is None else graph.add_edge(u, v, capacity=c)
+    return graph
+
+
+@given(inductor_networks())
+def test_our_dinic_cuts_inductors_networks_as_networkx_does(graph):
+    """The cuts of Inductor's budgets made by our Dinic: networkx's value and sides, and its error where an
+    infinite path joins source and sink."""
+    import networkx as nx
+
+    from reorder.inductor.partitioner import _minimum_cut_by_dinic
+
+    def outcome(minimum_cut):
+        try:
+            return minimum_cut(graph, "source", "sink")
+        except nx.NetworkXUnbounded:
+            return "unbounded"
+
+    assert outcome(_minimum_cut_by_dinic(nx.minimum_cut)) == outcome(nx.minimum_cut)
 
 
 def test_the_joint_graph_as_plain_data():

@@ -52,7 +52,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Collection, Iterator, Mapping, NamedTuple, Sequence
+from itertools import chain
+from typing import Collection, Iterable, Mapping, NamedTuple, Sequence
 
 from ..graph import Graph
 from ..sweep import live_bytes, peak_of
@@ -122,18 +123,19 @@ class AllocationModel:
         decided_by = self.decided_by.at(point) if self.decided_by is not None else None
         return dataclasses.replace(self, graph=self.graph.at(point), decided_by=decided_by)
 
-    def peak(self, order: Sequence[int]) -> int:
-        """The peak bytes the generated code allocates when it runs ``order``."""
-        return peak_of(*self.live(order))[0]
+    def peak(self, order: Sequence[int], check: bool = True) -> int:
+        """The peak bytes the generated code allocates when it runs ``order`` (``check=False``: trust that it is
+        valid, :func:`~reorder.timeline.lifetimes`)."""
+        return peak_of(*self.live(order, check))[0]
 
-    def live(self, order: Sequence[int]) -> tuple[list[int], list[int]]:
+    def live(self, order: Sequence[int], check: bool = True) -> tuple[list[int], list[int]]:
         """Per step of ``order`` (and one after the last): the bytes allocated, and the bytes held only while the
         step runs (its kernel's scratch)."""
-        estimate = estimate_peak_memory(self.graph, order)
+        estimate = estimate_peak_memory(self.graph, order, check)
         n = self.graph.num_nodes
         released = release_steps(order, self.grouped)
         allocates, frees = self._handed_on(order, estimate, released)
-        live = live_bytes(n + 1, _changes(self.graph, estimate.lifetimes, released, allocates, frees))
+        live = live_bytes(n + 1, _changes(estimate.lifetimes, released, allocates, frees))
         during = [self.scratch[v] for v in order] + [0] if self.scratch is not None else None
         return live, during
 
@@ -144,8 +146,9 @@ class AllocationModel:
         on :attr:`graph`."""
         graph, rules = self.graph, self._rules
         end = estimate.lifetimes.end
-        judged = estimate if self.decided_by is None else estimate_peak_memory(self.decided_by, order)
+        judged = estimate if self.decided_by is None else estimate_peak_memory(self.decided_by, order, check=False)
         estimated = list(judged.live[:graph.num_nodes])  # Inductor's estimate per step, with the reuses' holds
+        judged_peak = judged.peak
         allocates, frees = list(rules.allocates), list(rules.frees)
         handed = [False] * graph.num_buffers  # its storage went on to another buffer
         pool: dict[int, list[int]] = {}  # storage size -> buffers that died, most recent last
@@ -156,11 +159,15 @@ class AllocationModel:
         size_free, is_output = graph.size_free, graph.is_output
         for step, v in enumerate(order):
             for b, size, writes_into in rules.placed[v]:
-                taken = next((x for x in writes_into if end[x] == step and not handed[x]), None)
+                taken = None
+                for x in writes_into:
+                    if end[x] == step and not handed[x]:
+                        taken = x
+                        break
                 waiting = pool.get(size) if taken is None else None
                 if waiting:
                     first_held = released[end[waiting[-1]]] + 1  # steps first_held .. step - 1 would hold it
-                    if first_held >= step or size + max(estimated[first_held:step]) <= judged.peak:
+                    if first_held >= step or size + max(estimated[first_held:step]) <= judged_peak:
                         taken = waiting.pop()
                         for t in range(first_held, step):
                             estimated[t] += size
@@ -224,14 +231,12 @@ def storage_handed_on(graph: Graph, donated: Collection[str] = frozenset()) -> t
                  (not graph.is_input[b] or graph.buffer_names[b] in donated) for b in range(graph.num_buffers))
 
 
-def _changes(graph: Graph, life: Lifetimes, released: Sequence[int], allocates: Sequence[int],
-             frees: Sequence[int]) -> Iterator[tuple[int, int]]:
+def _changes(life: Lifetimes, released: Sequence[int], allocates: Sequence[int],
+             frees: Sequence[int]) -> Iterable[tuple[int, int]]:
     """The model's changes of allocated bytes: each buffer's allocation at its start, its free after the step
     that releases its last reader's dead buffers."""
-    for b in range(graph.num_buffers):
-        yield life.start[b], allocates[b]
-        if life.end[b] is not None:
-            yield released[life.end[b]] + 1, -frees[b]
+    return chain(zip(life.start, allocates),
+                 ((released[end] + 1, -freed) for end, freed in zip(life.end, frees) if end is not None))
 
 
 def release_steps(order: Sequence[int], grouped: Sequence[bool] | None) -> list[int]:

@@ -94,7 +94,7 @@ def _judged(models: Sequence[AllocationModel], candidate: Sequence[int], current
     elsewhere."""
     peaks = []
     for model, peak in zip(models, current):
-        candidate_peak = model.peak(candidate)
+        candidate_peak = model.peak(candidate, check=False)  # a move within its neighbours: valid
         if candidate_peak > peak or (not peaks and candidate_peak == peak):
             return None
         peaks.append(candidate_peak)

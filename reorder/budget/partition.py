@@ -30,7 +30,7 @@ from fractions import Fraction
 from typing import Iterable, Sequence
 
 from ..errors import ReorderError
-from .mincut import min_cut_source_side
+from .mincut import Network
 from .step_graph import StepGraph
 
 __all__ = ["Partition", "cheapest_partition", "cheapest_partitions", "partition_of"]
@@ -124,7 +124,7 @@ def cheapest_partition(graph: StepGraph, price: Fraction | None, kept: Iterable[
     ``out(v)`` to the sink). Ties go to the smallest set of nodes on the
     forward's side of the cut, so the answer is unique.
     """
-    return _partition_of_side(graph, _forward_side(graph, price, tuple(kept)))
+    return _partition_of_side(graph, _PricedNetwork(graph, tuple(kept)).forward_side(price))
 
 
 def cheapest_partitions(graph: StepGraph, prices: Sequence[Fraction | None], kept: Iterable[int] = ()
@@ -140,12 +140,12 @@ def cheapest_partitions(graph: StepGraph, prices: Sequence[Fraction | None], kep
     halfway between any two neighbours whose sides differ. On the frontier's
     prices, most neighbours agree. The infinite price is cut on its own.
     """
-    kept = tuple(kept)
+    network = _PricedNetwork(graph, tuple(kept))
     finite = sorted({p for p in prices if p is not None}, reverse=True)
     sides: dict[Fraction | None, tuple[bool, ...]] = {}
     if finite:
         for price in (finite[0], finite[-1]):
-            sides[price] = _forward_side(graph, price, kept)
+            sides[price] = network.forward_side(price)
         spans = [(0, len(finite) - 1)]
         while spans:
             high, low = spans.pop()
@@ -156,10 +156,10 @@ def cheapest_partitions(graph: StepGraph, prices: Sequence[Fraction | None], kep
                     sides[finite[k]] = sides[finite[high]]
                 continue
             middle = (high + low) // 2
-            sides[finite[middle]] = _forward_side(graph, finite[middle], kept)
+            sides[finite[middle]] = network.forward_side(finite[middle])
             spans += [(high, middle), (middle, low)]
     if None in prices:
-        sides[None] = _forward_side(graph, None, kept)
+        sides[None] = network.forward_side(None)
     made: dict[tuple[bool, ...], Partition] = {}
     for side in sides.values():
         if side not in made:
@@ -167,42 +167,69 @@ def cheapest_partitions(graph: StepGraph, prices: Sequence[Fraction | None], kep
     return [made[sides[p]] for p in prices]
 
 
-def _forward_side(graph: StepGraph, price: Fraction | None, kept: tuple[int, ...]) -> tuple[bool, ...]:
-    """The smallest source side of the minimum cut of :func:`cheapest_partition`'s network, one flag per vertex
-    (``2v``: ``in(v)``, ``2v + 1``: ``out(v)``)."""
-    if price is not None and price < 0:
-        raise ReorderError(f"price of recomputation {price}: expected >= 0")
-    n = graph.num_nodes
-    source, sink = 2 * n, 2 * n + 1
-    numerator, denominator = (1, 0) if price is None else (price.numerator, price.denominator)
-    finite = sum(graph.saved_bytes) * denominator + sum(graph.cost) * numerator
-    infinite = finite + 1
-    edges: list[tuple[int, int, int]] = []
-    for v in kept:
-        edges += [(source, 2 * v, infinite), (2 * v + 1, sink, infinite)]
-    for v in range(n):
-        role = graph.role[v]
-        node_in, node_out = 2 * v, 2 * v + 1
-        if role in ("backward", "tangent"):
-            edges.append((node_in, sink, infinite))
-        else:
-            if role == "primal" or not graph.recomputable[v]:
-                edges.append((source, node_in, infinite))
-            elif role == "forward" and price is None:  # recompute only what may not be saved (a checkpoint's)
-                edges.append((source, node_in, infinite if graph.saveable[v] else max(graph.cost[v], 1)))
-            elif role == "forward":
-                edges.append((source, node_in, graph.cost[v] * numerator))
-            saving = graph.saved_bytes[v] * denominator if graph.saveable[v] or role == "primal" else infinite
-            edges.append((node_in, node_out, saving))
-            if graph.available_to_backward[v]:
-                edges.append((node_out, sink, infinite))
-        for u in graph.users[v]:
-            edges.append((node_out, 2 * u, infinite))
-    value, forward_side = min_cut_source_side(2 * n + 2, edges, source, sink)
-    if value >= infinite:
-        raise ReorderError(f"partition of {graph.name!r}: no valid partition (a value the backward needs can be "
-                           f"neither saved nor recomputed)")
-    return tuple(forward_side)
+class _PricedNetwork:
+    """:func:`cheapest_partition`'s network for ``graph`` with ``kept`` saved, built once and cut at any price:
+    only the capacities change with the price. Vertex ``2v`` is ``in(v)``, ``2v + 1`` is ``out(v)``, then the
+    source and the sink."""
+
+    def __init__(self, graph: StepGraph, kept: tuple[int, ...]):
+        n = graph.num_nodes
+        self.graph = graph
+        self.source, self.sink = source, sink = 2 * n, 2 * n + 1
+        arcs: list[tuple[int, int]] = []
+        self.infinite: list[int] = []  # arcs of infinite capacity
+        self.recomputing: list[tuple[int, int]] = []  # (arc, v): source -> in(v), cut when the backward recomputes v
+        self.saving: list[tuple[int, int]] = []  # (arc, v): in(v) -> out(v), cut when the forward saves v
+
+        def arc(tail: int, head: int, kind: list | None = None, v: int | None = None) -> None:
+            (self.infinite.append(len(arcs)) if kind is None else kind.append((len(arcs), v)))
+            arcs.append((tail, head))
+
+        for v in kept:
+            arc(source, 2 * v)
+            arc(2 * v + 1, sink)
+        for v in range(n):
+            role = graph.role[v]
+            node_in, node_out = 2 * v, 2 * v + 1
+            if role in ("backward", "tangent"):
+                arc(node_in, sink)
+            else:
+                if role == "primal" or not graph.recomputable[v]:
+                    arc(source, node_in)
+                elif role == "forward":
+                    arc(source, node_in, self.recomputing, v)
+                if graph.saveable[v] or role == "primal":
+                    arc(node_in, node_out, self.saving, v)
+                else:
+                    arc(node_in, node_out)
+                if graph.available_to_backward[v]:
+                    arc(node_out, sink)
+            for u in graph.users[v]:
+                arc(node_out, 2 * u)
+        self.network = Network(2 * n + 2, arcs)
+        self.num_arcs = len(arcs)
+
+    def forward_side(self, price: Fraction | None) -> tuple[bool, ...]:
+        """The smallest source side of the minimum cut at ``price``, one flag per vertex."""
+        graph = self.graph
+        if price is not None and price < 0:
+            raise ReorderError(f"price of recomputation {price}: expected >= 0")
+        numerator, denominator = (1, 0) if price is None else (price.numerator, price.denominator)
+        finite = sum(graph.saved_bytes) * denominator + sum(graph.cost) * numerator
+        infinite = finite + 1
+        capacities = [infinite] * self.num_arcs
+        for k, v in self.recomputing:
+            if price is None:  # recompute only what may not be saved (a checkpoint's)
+                capacities[k] = infinite if graph.saveable[v] else max(graph.cost[v], 1)
+            else:
+                capacities[k] = graph.cost[v] * numerator
+        for k, v in self.saving:
+            capacities[k] = graph.saved_bytes[v] * denominator
+        value, forward_side = self.network.min_cut(capacities, self.source, self.sink)
+        if value >= infinite:
+            raise ReorderError(f"partition of {graph.name!r}: no valid partition (a value the backward needs can be "
+                               f"neither saved nor recomputed)")
+        return tuple(forward_side)
 
 
 def _partition_of_side(graph: StepGraph, forward_side: tuple[bool, ...]) -> Partition:

@@ -193,7 +193,10 @@ class PeakSearch:
         done, live, ready, wanted = state
         bit = 1 << v
         after = done | bit
-        live += self.alloc[v] - self.freed(v, after)
+        live += self.alloc[v]
+        for size, need in self.frees[v]:  # NodeSets.freed, inlined: the search calls this for every node it runs
+            if not need & ~after:
+                live -= size
         if not done:
             live -= self.sets.unread_inputs
         ready &= ~bit
