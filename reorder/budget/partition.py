@@ -176,13 +176,13 @@ class _PricedNetwork:
         n = graph.num_nodes
         self.graph = graph
         self.source, self.sink = source, sink = 2 * n, 2 * n + 1
-        arcs: list[tuple[int, int]] = []
-        self.infinite: list[int] = []  # arcs of infinite capacity
+        arcs: list[tuple[int, int]] = []  # of infinite capacity unless listed below
         self.recomputing: list[tuple[int, int]] = []  # (arc, v): source -> in(v), cut when the backward recomputes v
         self.saving: list[tuple[int, int]] = []  # (arc, v): in(v) -> out(v), cut when the forward saves v
 
-        def arc(tail: int, head: int, kind: list | None = None, v: int | None = None) -> None:
-            (self.infinite.append(len(arcs)) if kind is None else kind.append((len(arcs), v)))
+        def arc(tail: int, head: int, priced: list | None = None, v: int | None = None) -> None:
+            if priced is not None:
+                priced.append((len(arcs), v))
             arcs.append((tail, head))
 
         for v in kept:
