@@ -134,19 +134,20 @@ class AllocationModel:
         estimate = estimate_peak_memory(self.graph, order, check)
         n = self.graph.num_nodes
         released = release_steps(order, self.grouped)
-        allocates, frees = self._handed_on(order, estimate, released)
+        allocates, frees = self._handed_on(order, estimate, released, check)
         live = live_bytes(n + 1, _changes(estimate.lifetimes, released, allocates, frees))
         during = [self.scratch[v] for v in order] + [0] if self.scratch is not None else None
         return live, during
 
-    def _handed_on(self, order: Sequence[int], estimate: Timeline,
-                   released: Sequence[int]) -> tuple[list[int], list[int]]:
+    def _handed_on(self, order: Sequence[int], estimate: Timeline, released: Sequence[int],
+                   check: bool = True) -> tuple[list[int], list[int]]:
         """Per buffer, the bytes it allocates and frees once in-place writes and the reuse pool have handed
         storage from dead buffers to new ones (see the module docstring); ``estimate``: Inductor's of ``order``
-        on :attr:`graph`."""
+        on :attr:`graph`; ``check``: whether ``order`` is checked against ``decided_by`` too, as :meth:`live` was
+        asked."""
         graph, rules = self.graph, self._rules
         end = estimate.lifetimes.end
-        judged = estimate if self.decided_by is None else estimate_peak_memory(self.decided_by, order, check=False)
+        judged = estimate if self.decided_by is None else estimate_peak_memory(self.decided_by, order, check)
         estimated = list(judged.live[:graph.num_nodes])  # Inductor's estimate per step, with the reuses' holds
         judged_peak = judged.peak
         allocates, frees = list(rules.allocates), list(rules.frees)

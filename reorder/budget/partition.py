@@ -208,6 +208,7 @@ class _PricedNetwork:
                 arc(node_out, 2 * u)
         self.network = Network(2 * n + 2, arcs)
         self.num_arcs = len(arcs)
+        self.total_saved_bytes, self.total_cost = sum(graph.saved_bytes), sum(graph.cost)
 
     def forward_side(self, price: Fraction | None) -> tuple[bool, ...]:
         """The smallest source side of the minimum cut at ``price``, one flag per vertex."""
@@ -215,7 +216,7 @@ class _PricedNetwork:
         if price is not None and price < 0:
             raise ReorderError(f"price of recomputation {price}: expected >= 0")
         numerator, denominator = (1, 0) if price is None else (price.numerator, price.denominator)
-        finite = sum(graph.saved_bytes) * denominator + sum(graph.cost) * numerator
+        finite = self.total_saved_bytes * denominator + self.total_cost * numerator
         infinite = finite + 1
         capacities = [infinite] * self.num_arcs
         for k, v in self.recomputing:
