@@ -642,7 +642,8 @@ def compare_arguments(p: argparse.ArgumentParser) -> None:
                         f"stock's estimated step peak in (0, 1]), budget:12MB (bytes: B, KB, MB, GB, KiB, MiB, GiB), "
                         f"budget:0.5x4 (each compiled region run 4 times a step: a compile per layer), "
                         f"budget:0.5+held=F/M/B (held_outside: bytes the step's eager code holds while the compiled "
-                        f"forwards run / between / while the backwards run, as session.measure_step names them; "
+                        f"forwards run / between / while the backwards run, the last by backward call as "
+                        f"B0+B1+..., as session.measure_step names them; "
                         f"by region number, +held=0:F/M/B;1:N, quoted), "
                         f"inductor-budget:F (stock with Inductor's own activation_memory_budget=F)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")

@@ -82,7 +82,8 @@ class Variant:
         times a step (each layer compiled on its own); ``+held=F/M/B`` (or
         ``+held=N``) after either is ``held_outside=(F, M, B)`` (or ``N``),
         the bytes the step's eager code holds beside the compiled regions, as
-        ``session.measure_step`` names them (a unit is optional: ``+held=8MB``);
+        ``session.measure_step`` names them (a unit is optional: ``+held=8MB``;
+        ``+held=F/M/B0+B1+B2`` gives the backward's bytes by call);
         by region number, ``+held=0:F/M/B;1:N`` is ``held_outside={0: (F, M,
         B), 1: N}``.
         ``inductor-budget:F`` is stock with Inductor's own
@@ -155,9 +156,10 @@ def budget_value(text: str, spec: str) -> int | float:
     return int(value * UNITS[unit])
 
 
-def held_value(text: str, spec: str) -> int | tuple[int, int, int] | dict[int, int | tuple[int, int, int]]:
-    """``+held=``'s value: bytes (a unit optional) for all three phases, or three separated by ``/``; or, by
-    region number, ``R:`` before either, regions separated by ``;``."""
+def held_value(text: str, spec: str) -> int | tuple | dict[int, int | tuple]:
+    """``+held=``'s value: bytes (a unit optional) for all three phases, or three separated by ``/``, the last
+    one per backward call where separated by ``+``; or, by region number, ``R:`` before either, regions
+    separated by ``;``."""
     key, _, value = text.partition("=")
     if key.strip() != "held":
         _refuse_held(spec)
@@ -171,13 +173,17 @@ def held_value(text: str, spec: str) -> int | tuple[int, int, int] | dict[int, i
         return regions
     amounts = []
     for part in value.split("/"):
-        number, unit = _number_and_unit(part)
-        unit = unit or "B"
-        amount = -1.0 if number is None or unit not in UNITS else number * UNITS[unit]
-        if amount < 0 or amount != int(amount):
-            _refuse_held(spec)
-        amounts.append(int(amount))
-    if len(amounts) not in (1, 3):
+        by_call = []
+        for text in part.split("+"):
+            number, unit = _number_and_unit(text)
+            unit = unit or "B"
+            amount = -1.0 if number is None or unit not in UNITS else number * UNITS[unit]
+            if amount < 0 or amount != int(amount):
+                _refuse_held(spec)
+            by_call.append(int(amount))
+        amounts.append(by_call[0] if len(by_call) == 1 else tuple(by_call))
+    if len(amounts) not in (1, 3) or any(isinstance(a, tuple) for a in amounts[:-1]) or (
+            len(amounts) == 1 and isinstance(amounts[0], tuple)):
         _refuse_held(spec)
     return amounts[0] if len(amounts) == 1 else tuple(amounts)
 
@@ -185,7 +191,8 @@ def held_value(text: str, spec: str) -> int | tuple[int, int, int] | dict[int, i
 def _refuse_held(spec: str) -> None:
     raise ReorderError(f"variant {spec!r}: '+held=' takes the bytes the step's eager code holds beside the "
                        f"compiled regions (held_outside): one amount, or three separated by '/' (while the "
-                       f"forwards run / between / while the backwards run), each a whole number of bytes or "
+                       f"forwards run / between / while the backwards run, the last one per backward call, "
+                       f"separated by '+', where several ran), each a whole number of bytes or "
                        f"with a unit (8MB); by region, 'R:' before each, each region once, separated by ';' "
                        f"(0:0/40MB/1MB;1:4, quoted in a shell)")
 

@@ -82,7 +82,9 @@ class MemoryMeasurement:
     were allocated (:func:`peak_composition`); ``outside_by_phase``: the most
     bytes eager code and the compiled forwards' kept outputs held while the
     compiled forwards ran, between them and the backwards, and while the
-    compiled backwards ran (:func:`outside_held`: what a memory budget's
+    compiled backwards ran, and where several backward calls ran, beside each
+    of them (``"backward calls"``, with the outputs of those before it that
+    the step holds) (:func:`outside_held`: what a memory budget's
     ``held_outside`` counts for the step's eager code); ``outside_by_region``:
     the same for each compiled region, in the order the step first ran them,
     counting later regions beside eager code (:func:`outside_by_region`: a
@@ -100,8 +102,8 @@ class MemoryMeasurement:
     compiled_calls: tuple[Region, ...] = ()
     cuda: dict[str, int] | None = None
     peak_composition: dict[str, int] = field(default_factory=dict)
-    outside_by_phase: dict[str, int] = field(default_factory=dict)
-    outside_by_region: tuple[dict[str, int], ...] = ()
+    outside_by_phase: dict = field(default_factory=dict)
+    outside_by_region: tuple[dict, ...] = ()
 
     @property
     def outside_compiled_bytes(self) -> int:
@@ -114,7 +116,7 @@ class MemoryMeasurement:
         """The compiled calls made outside autograd's backward: one per compiled forward (or inference) call."""
         return tuple(c for c in self.compiled_calls if not c.name.endswith("(backward)"))
 
-    def held_beside_regions(self) -> list[tuple[int, int, int]]:
+    def held_beside_regions(self) -> list[tuple]:
         """:attr:`outside_by_region` as a memory budget's ``held_outside`` takes it: ``(while the forwards run,
         between, while the backwards run)`` bytes per region, by region number."""
         return [phase_bytes(held) for held in self.outside_by_region]
@@ -189,10 +191,12 @@ def _paired_allocations(tree: list, device: torch.device) -> tuple[list, dict[in
 OUTSIDE_PHASES = ("forward", "between", "backward")
 
 
-def phase_bytes(held: dict[str, int]) -> tuple[int, int, int]:
+def phase_bytes(held: dict) -> tuple:
     """:func:`outside_held`'s bytes by phase as a memory budget's ``held_outside`` takes them: ``(while the
-    forwards run, between, while the backwards run)``."""
-    return tuple(held.get(phase, 0) for phase in OUTSIDE_PHASES)
+    forwards run, between, while the backwards run)``, the last by backward call (a tuple, in the order they
+    ran) where several ran."""
+    forward, between, backward = (held.get(phase, 0) for phase in OUTSIDE_PHASES)
+    return forward, between, tuple(held["backward calls"]) if "backward calls" in held else backward
 
 
 def outside_held(paired: tuple[list, dict[int, int], list[int]], calls: list[tuple[int, int, bool]],
@@ -210,7 +214,13 @@ def outside_held(paired: tuple[list, dict[int, int], list[int]], calls: list[tup
     values from the forward to the backward and nothing else of the forward, but a model's logits live until
     an eager loss is done with them, and a step that keeps the model's output in a variable holds it through
     the backward. While the forwards run, a call's output that a later call of the same region reads is that
-    call's input, which its estimate counts: only eager code counts there."""
+    call's input, which its estimate counts: only eager code counts there.
+
+    Where several backward calls ran (a region run many times a step: a compile per layer, FSDP), ``"backward
+    calls"`` holds, for each in the order they ran, what the ``"backward"`` phase counts beside it and what
+    the backward calls before it allocated and the step still holds (not freed by this call): the gradients of
+    a per-layer compile's parameters stay, where FSDP reduce-scatters and frees them. A budget's estimate then
+    counts each call beside its own, not the phase's most beside the call that holds the most saved values."""
     forwards = [(s, e) for s, e, backward in calls if not backward]
     backwards = [(s, e) for s, e, backward in calls if backward]
     if not forwards or not backwards:
@@ -231,8 +241,15 @@ def outside_held(paired: tuple[list, dict[int, int], list[int]], calls: list[tup
         return sum(size for t, freed, size in allocations if t <= at and (freed is None or freed > end))
 
     between = [last_forward, *(t for t, _, _ in eager if last_forward <= t <= first_backward)]
-    return {"forward": max(live(eager, s, e) for s, e in forwards), "between": _most_live(eager + kept, between),
-            "backward": max(live(eager + kept, s, e) for s, e in backwards)}
+    beside_backwards = [live(eager + kept, s, e) for s, e in backwards]
+    held = {"forward": max(live(eager, s, e) for s, e in forwards), "between": _most_live(eager + kept, between),
+            "backward": max(beside_backwards)}
+    if len(backwards) > 1:
+        output = [[a for a in made if s <= a[0] <= e] for s, e in backwards]
+        held["backward calls"] = tuple(
+            beside + live([a for earlier in output[:k] for a in earlier], s, e)
+            for k, (beside, (s, e)) in enumerate(zip(beside_backwards, backwards)))
+    return held
 
 
 def _most_live(allocations: list[tuple[int, int | None, int]], times: list[int]) -> int:
@@ -448,5 +465,7 @@ def measure(fn: Callable[[], Any], device: torch.device | str | None = None) -> 
                                    backward[0][0] if backward else None)
     outside = outside_held(paired, [(s, e, during) for (s, e, _), during in zip(call_ranges, in_backward)])
     by_region = outside_by_region(paired, _region_calls(events, call_ranges, in_backward))
+    if len(by_region) != 1:  # backward calls of several regions are not one region's calls
+        outside.pop("backward calls", None)
     return MemoryMeasurement(str(device), peak, current, allocations, frees, tuple(curve), phases, held, calls, cuda,
                              composition, outside, by_region)

@@ -286,6 +286,22 @@ def test_the_first_calls_backward_runs_beside_the_other_calls_gradients():
     assert step_total(Held(calls=1, gradients=50), saved=10, forward=20, backward=30) == 30
 
 
+def test_each_calls_backward_runs_beside_what_was_measured_beside_it():
+    """Measured by backward call (the gradients of the calls run before it included, or not, as the step kept
+    them), each call's backward counts its own amount beside the saved values of the calls still to run: the
+    model's gradients are not added, and the most beside one call does not meet the most saved values. A
+    measurement of another number of calls counts its largest amount beside every call."""
+    held = Held(calls=3, gradients=50, outside=(0, 0, (100, 40, 10)))
+    assert step_total(held, saved=30, forward=0, backward=5) == max(2 * 30 + 100, 30 + 40, 10) + 5
+    assert step_total(held, saved=80, forward=0, backward=5) == max(2 * 80 + 100, 80 + 40, 10) + 5
+    assert step_total(Held(calls=3, outside=(0, 0, (10, 40, 60))), saved=30, forward=0, backward=50) == 2 * 30 + 10 + 50
+    assert step_total(Held(calls=3, outside=(0, 0, (10, 40, 100))), saved=30, forward=0, backward=50) == 100 + 50
+    assert step_total(Held(calls=3, gradients=50), saved=30, forward=0, backward=5) == 2 * 50 + 5  # modelled
+    assert step_total(Held(calls=4, outside=(0, 0, (100, 40))), saved=30, forward=0, backward=5) == 3 * 30 + 100 + 5
+    assert step_total(Held(calls=2, outside=(0, 1000, (1, 2))), saved=30, forward=0, backward=5) == 2 * 30 + 1000
+    assert Held(outside=[1, 2, [3, 4]]).outside == (1, 2, (3, 4))  # as JSON gives it back
+
+
 def test_the_backward_lists_a_recomputed_node_just_before_its_first_use():
     graph = chain()
     partition = partition_of(graph, graph.ids(["a", "c", "x"]))

@@ -61,7 +61,8 @@ def test_region_calls_is_a_count_of_calls(calls):
 
 
 @pytest.mark.parametrize("held, expected", [(0, (0, 0, 0)), (5, (5, 5, 5)), ((1, 2, 3), (1, 2, 3)),
-                                             ([1, 2, 3], (1, 2, 3))])
+                                             ([1, 2, 3], (1, 2, 3)), ((1, 2, [3, 4]), (1, 2, (3, 4))),
+                                             ([1, 2, (3,)], (1, 2, (3,)))])
 def test_held_outside_is_bytes_in_each_phase_of_the_step(held, expected):
     assert HookOptions(memory_budget=0.5, held_outside=held).held_outside == expected
 
@@ -100,6 +101,34 @@ def test_measure_step_names_what_was_held_beside_each_region_when_the_estimates_
         assert all(not r.feasible and r.measured_peak == 80_000_000 for r in session.partitions)
 
 
+def test_measure_step_compares_what_was_held_beside_each_backward_call_where_the_estimates_count_by_call(caplog):
+    """A region run three times a step: measured by backward call, the second held 20 MB more than the estimates
+    counted for it, which the most of any call hides; the warning gives the amounts by call. Estimates that
+    count one amount for every call (the gradients modelled apart) are compared with the backward phase, which
+    leaves the gradients out as that amount does."""
+    from reorder.inductor.session import PartitionRecord, Session
+    from reorder.measure import MemoryMeasurement
+
+    by_phase = {"forward": 0, "between": 4, "backward": 10_000_000,
+                "backward calls": (10_000_000, 30_000_000, 40_000_000)}
+    measured = MemoryMeasurement("cpu", 80_000_000, 0, 1, 1, (), outside_by_phase=by_phase,
+                                 outside_by_region=(by_phase,))
+    for counted, warned in (((0, 4, (10_000_000, 10_000_000, 40_000_000)), True),
+                            ((0, 4, (10_000_000, 30_000_000, 40_000_000)), False),
+                            ((0, 4, 10_000_000), False), ((0, 4, 8_000_000), True)):
+        session = Session(HookOptions(memory_budget=0.5, region_calls=3, held_outside=counted))
+        session.add(PartitionRecord(graph="layer", nodes=10, budget=0.5, budget_bytes=50_000_000,
+                                    stock_peak=100_000_000, peak=45_000_000, feasible=True, source="price 1/64",
+                                    saved_bytes=40, stock_saved_bytes=120, recomputed=3, stock_recomputed=1,
+                                    recomputed_flops=5000, stock_recomputed_flops=10, calls=3, held_outside=counted))
+        caplog.clear()
+        with patch("reorder.measure.measure", return_value=measured), caplog.at_level(logging.WARNING, "reorder"):
+            session.measure_step(lambda: None)
+        assert ("held_outside=(0, 4, (10000000, 30000000, 40000000))" in caplog.text) == warned, (counted,
+                                                                                                  caplog.text)
+    assert "(10,000,000, 30,000,000, 40,000,000) B while they ran backward (by call" in caplog.text
+
+
 def test_held_outside_may_be_given_by_region_number():
     options = HookOptions(memory_budget=0.5, held_outside={1: (1, 2, 3), 0: 5})
     assert options.held_outside == {0: (5, 5, 5), 1: (1, 2, 3)}
@@ -115,7 +144,8 @@ def test_held_outside_may_be_given_by_region_number():
         HookOptions(memory_budget=0.5, held_outside={0: (1, 2)})
 
 
-@pytest.mark.parametrize("held", [-1, (1, 2), (1, 2, -3), "5", (1.5, 2, 3), True])
+@pytest.mark.parametrize("held", [-1, (1, 2), (1, 2, -3), "5", (1.5, 2, 3), True, (1, 2, ()), (1, 2, (3, -4)),
+                                  ((1,), 2, 3), (1, 2, (3, True))])
 def test_held_outside_is_refused_unless_bytes(held):
     with pytest.raises(ReorderError, match=r"hook option held_outside=.*: expected bytes eager code holds"):
         HookOptions(memory_budget=0.5, held_outside=held)
@@ -590,6 +620,21 @@ def test_partition_records_read_back_from_json():
     assert session.summary().startswith("memory budget in g: 100 B (0.5 of stock's 200 B); met by the partition's "
                                         "estimate (estimated step peak 200 B -> 90 B; the compiled region only: "
                                         "session.measure_step(step) counts what eager code around it holds)")
+
+
+def test_held_outside_by_backward_call_reads_back_from_json_and_is_summarised_by_call():
+    record = PartitionRecord(graph="layer", nodes=10, budget=0.5, budget_bytes=100, stock_peak=200, peak=90,
+                             feasible=True, source="price 1/64", saved_bytes=40, stock_saved_bytes=120, recomputed=3,
+                             stock_recomputed=1, recomputed_flops=5000, stock_recomputed_flops=10, calls=2,
+                             held_outside=(1, 2, (3000, 4000)))
+    import json
+
+    back = record_from_dict(json.loads(json.dumps(record.to_dict())))
+    assert back == record and back.held == record.held and record.held.outside == (1, 2, (3000, 4000))
+    session = hook.Session()
+    session.add(record)
+    assert "counted at 1 B/2 B/(3.00 kB, 4.00 kB) (forward/between/backward by call)" in session.summary(), \
+        session.summary()
 
 
 def test_a_node_the_partitioner_added_is_not_taken_for_the_joint_node_of_its_name():

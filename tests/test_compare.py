@@ -174,6 +174,8 @@ def test_the_plot_and_the_table_put_each_variants_real_peak_beside_its_step_time
                                          "held_outside": (0, 8_000_000, 1536)}, ()),
     ("budget:0.5+held=0:0/40MB/1MB;1:4", {"memory_budget": 0.5,
                                           "held_outside": {0: (0, 40_000_000, 1_000_000), 1: 4}}, ()),
+    ("budget:0.5x3+held=0/8MB/1MB+2MB+3", {"memory_budget": 0.5, "region_calls": 3,
+                                           "held_outside": (0, 8_000_000, (1_000_000, 2_000_000, 3))}, ()),
 ])
 def test_variant_specs_name_hook_options_or_inductors_own_budget(spec, hook, functorch):
     variant = Variant.parse(spec)
@@ -198,6 +200,9 @@ def test_variant_specs_name_hook_options_or_inductors_own_budget(spec, hook, fun
     ("budget:0.5+held=0:1;0:2", "each region once"),
     ("budget:0.5+held=-5", "each a whole number of bytes or with a unit"),
     ("budget:0.5+held=0.5B", "each a whole number of bytes"),
+    ("budget:0.5+held=1+2/3/4", "the last one per backward call, separated by '+'"),
+    ("budget:0.5+held=1+2", "the last one per backward call"),
+    ("budget:0.5+held=1/2/3+", "each a whole number of bytes"),
     ("budget:0.5+outside=5", "'+held=' takes the bytes the step's eager code holds"),
 ])
 def test_bad_variant_specs_are_one_line_naming_the_spec(spec, message):

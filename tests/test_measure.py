@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from reorder import ReorderError
-from reorder.measure import measure, without_kineto_markers
+from reorder.measure import measure, phase_bytes, without_kineto_markers
 
 
 def test_peak_and_end_are_the_arithmetic_of_known_allocations():
@@ -115,6 +115,49 @@ def test_what_eager_code_holds_beside_compiled_calls_is_counted_in_each_phase():
     assert m.outside_by_phase == {"forward": 0, "between": 2 * 256 * 256 * 4 + 8, "backward": 256 * 256 * 4 + 8}
     with torch.no_grad():
         assert measure(lambda: compiled(x), "cpu").outside_by_phase == {}  # no backward: no phases
+    torch._dynamo.reset()
+
+
+def test_each_backward_call_of_a_region_run_many_times_is_held_beside_what_the_calls_before_it_left():
+    """Three layers compiled on their own (one region, three calls a step): beside each backward call, eager
+    code holds the sum's gradient (64 x 256 floats, and the loss), and the step keeps each earlier call's weight
+    gradient (256 x 256 floats) as the layers' ``.grad``; freed as soon as it is accumulated (as FSDP frees a
+    gradient once reduce-scattered), none is held. The gradient a call hands the next is that call's input,
+    which it frees: its estimate counts it. The phase counts the most eager code held beside any call."""
+    class Layer(torch.nn.Module):  # a module of torch.nn itself would run eagerly under its own compile
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(256, 256))
+
+        def forward(self, x):
+            return torch.relu(x @ self.weight)
+
+    torch._dynamo.reset()
+    layers = torch.nn.ModuleList(Layer() for _ in range(3))
+    for layer in layers:
+        layer.compile()
+    x = torch.randn(64, 256, requires_grad=True)
+
+    def step():
+        x.grad = None
+        y = x
+        for layer in layers:
+            layer.weight.grad = None
+            y = layer(y)
+        y.sum().backward()
+
+    step()
+    eager, gradient = 64 * 256 * 4 + 8, 256 * 256 * 4
+    kept = measure(step, "cpu").outside_by_phase
+    assert kept["backward"] == eager and kept["backward calls"] == (eager, eager + gradient, eager + 2 * gradient)
+    hooks = [layer.weight.register_post_accumulate_grad_hook(lambda p: setattr(p, "grad", None))
+             for layer in layers]
+    step()
+    m = measure(step, "cpu")
+    assert m.outside_by_phase["backward calls"] == (eager,) * 3 and m.outside_by_region == (m.outside_by_phase,)
+    assert phase_bytes(m.outside_by_phase) == (0, m.outside_by_phase["between"], (eager,) * 3)
+    for hook in hooks:
+        hook.remove()
     torch._dynamo.reset()
 
 

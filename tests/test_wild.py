@@ -215,7 +215,7 @@ def test_measuring_some_variants_again_keeps_the_rows_others(tmp_path, monkeypat
 
 
 def test_the_per_layer_rows_budget_every_layers_call_and_what_stocks_eager_code_held():
-    from benchmarks.real.wild_step import parser, variant_spec
+    from benchmarks.real.wild_step import held_outside_option, parser, variant_spec
 
     def spec(*argv):
         return variant_spec(parser().parse_args(["--variant", *argv]))
@@ -226,3 +226,7 @@ def test_the_per_layer_rows_budget_every_layers_call_and_what_stocks_eager_code_
     assert spec("budget:0.5", "--row=whole") == "budget:0.5"
     assert spec("inductor-budget:0.5", "--row=per-layer") == "inductor-budget:0.5"
     assert parser().parse_args(["--row=whole", "--variant=stock", "--held-outside=1,2,3"]).held_outside == (1, 2, 3)
+    by_call = parser().parse_args(["--row=fsdp", "--variant=stock", "--held-outside=1,2,3/4/5"]).held_outside
+    assert by_call == (1, 2, (3, 4, 5)) and held_outside_option(by_call) == "--held-outside=1,2,3/4/5"
+    assert held_outside_option([1, 2, [3, 4]]) == "--held-outside=1,2,3/4"  # as the row's JSON keeps it
+    assert held_outside_option((1, 2, 3)) == "--held-outside=1,2,3"

@@ -36,11 +36,11 @@ from pathlib import Path
 
 import torch
 
-from reorder.measure import OUTSIDE_PHASES
+from reorder.measure import phase_bytes
 
 from .run import as_accurate, difference
 from .tables import RESULTS
-from .wild_step import ROWS, SIZES, build, parser as step_parser, step_function, token_batches
+from .wild_step import ROWS, SIZES, build, held_outside_option, parser as step_parser, step_function, token_batches
 
 __all__ = ["OURS", "INDUCTORS", "VARIANTS", "WILD", "main", "run_variant"]
 
@@ -68,8 +68,8 @@ def float64_reference(row: str, sizes: list[str]) -> list[torch.Tensor]:
     return [loss.detach(), *(p.grad for p in model.parameters() if p.grad is not None)]
 
 
-def _held_option(held_outside: list[int] | None) -> list[str]:
-    return [f"--held-outside={','.join(map(str, held_outside))}"] if held_outside else []
+def _held_option(held_outside: list | None) -> list[str]:
+    return [held_outside_option(held_outside)] if held_outside else []
 
 
 def _run_child(command: list[str], out: Path, timeout: float) -> dict:
@@ -115,10 +115,11 @@ def alternate_row(row: str, variants: list[str], sizes: list[str], held_outside:
         return _run_child(command, out, ALTERNATION_TIMEOUT)
 
 
-def _stocks_held_outside(stock: dict) -> list[int] | None:
-    """What eager code held beside the compiled graphs in stock's step at the first length, by phase."""
+def _stocks_held_outside(stock: dict) -> list | None:
+    """What eager code held beside the compiled graphs in stock's step at the first length, by phase (the
+    backward's by call where several ran, :func:`reorder.measure.phase_bytes`)."""
     by_phase = (stock.get("peaks") or [{}])[0].get("outside_by_phase") or {}
-    return [by_phase[phase] for phase in OUTSIDE_PHASES] if by_phase else None
+    return list(phase_bytes(by_phase)) if by_phase else None
 
 
 def measure_row(row: str, variants: list[str], sizes: list[str], again: bool, progress,

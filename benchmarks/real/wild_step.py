@@ -131,7 +131,7 @@ def _start_peer(args, port: int) -> subprocess.Popen:
     """Rank 1: this command's row, variant and sizes, nothing written."""
     sizes = [f"--{name}={getattr(args, name)}" for name in (*SIZES, "rounds", "timeout")]
     if args.held_outside:
-        sizes.append(f"--held-outside={','.join(map(str, args.held_outside))}")
+        sizes.append(held_outside_option(args.held_outside))
     if args.held_outside_of:
         sizes.append(f"--held-outside-of={args.held_outside_of}")
     which = f"--alternate={args.alternate}" if args.alternate else f"--variant={args.variant}"
@@ -332,11 +332,27 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--timeout", type=float, default=900.0)
-    p.add_argument("--held-outside", type=lambda text: tuple(int(b) for b in text.split(",")), default=None,
-                   help="our budgets' held_outside: what eager code held in stock's step, three bytes")
+    p.add_argument("--held-outside", type=parse_held_outside, default=None,
+                   help="our budgets' held_outside: what eager code held in stock's step, three bytes (F,M,B), "
+                        "the last by backward call where several ran (F,M,B0/B1/...)")
     p.add_argument("--held-outside-of", help="with --alternate: a JSON object, variant -> its budget's three bytes "
                                              "of held_outside (variants left out take --held-outside)")
     return p
+
+
+def parse_held_outside(text: str) -> tuple:
+    """``--held-outside``'s value: ``F,M,B`` bytes by phase, the last ``B0/B1/...`` by backward call."""
+    forward, between, backward = text.split(",")
+    by_call = tuple(int(b) for b in backward.split("/"))
+    return int(forward), int(between), by_call if "/" in backward else by_call[0]
+
+
+def held_outside_option(held) -> str:
+    """``held_outside`` (three amounts by phase, the last an int or one per backward call) as the
+    ``--held-outside`` option :func:`parse_held_outside` reads."""
+    forward, between, backward = held
+    by_call = "/".join(map(str, backward)) if isinstance(backward, (tuple, list)) else str(backward)
+    return f"--held-outside={forward},{between},{by_call}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -84,13 +84,21 @@ class Held:
     """What the step holds beside one compiled region: ``before``, bytes earlier regions saved; ``calls``, how
     many times the region runs a step before its backward (the other calls' saved values are held while the
     last runs); ``outside``, bytes eager code holds outside the compiled graphs ``(while the forwards run,
-    between the last forward and the first backward, while the backwards run)``; ``gradients``, bytes of the
-    parameters' gradients one call's backward outputs (they stay while the other calls' backwards run)."""
+    between the last forward and the first backward, while the backwards run)``, the last either one amount or
+    one per backward call in the order they run, each with what the calls before it output and the step still
+    holds (measured: :func:`reorder.measure.outside_held`); ``gradients``, bytes of the parameters' gradients
+    one call's backward outputs, which stay while the other calls' backwards run (where the backward's amount
+    is one for all calls: measured by call, they are in it, or not, as the step keeps them or not)."""
 
     before: int = 0
     calls: int = 1
-    outside: tuple[int, int, int] = (0, 0, 0)
+    outside: tuple = (0, 0, 0)
     gradients: int = 0
+
+    def __post_init__(self):
+        forward, between, backward = self.outside
+        by_call = tuple(backward) if isinstance(backward, (tuple, list)) else backward
+        object.__setattr__(self, "outside", (forward, between, by_call))
 
 
 def step_total(held: Held, saved: int, forward: int, backward: int) -> int:
@@ -98,11 +106,21 @@ def step_total(held: Held, saved: int, forward: int, backward: int) -> int:
     values included, as :func:`step_peak` judges them) and its saved bytes: the last call's forward beside
     what earlier regions and the other calls saved; every call's saved values held between the phases; a
     call's backward beside the saved values of the calls before it and the gradients of those after it (the
-    most at the last call or the first); each with what eager code holds then."""
+    most at the last call or the first); each with what eager code holds then. Where what is held beside the
+    backwards is measured by call (``held.outside[2]`` a tuple, as long as ``held.calls``), each call's backward
+    counts its own amount, the gradients of the calls run before it included, beside the saved values of the
+    calls still to run; a tuple of another length counts its largest amount beside every call."""
     others = (held.calls - 1) * saved
     during_forward, between, during_backward = held.outside
-    return held.before + max(others + forward + during_forward, held.calls * saved + between,
-                             (held.calls - 1) * max(saved, held.gradients) + backward + during_backward)
+    if isinstance(during_backward, tuple):
+        if len(during_backward) == held.calls:
+            backwards = max((held.calls - 1 - k) * saved + beside for k, beside in enumerate(during_backward))
+        else:
+            backwards = others + max(during_backward)
+        backwards += backward
+    else:
+        backwards = (held.calls - 1) * max(saved, held.gradients) + backward + during_backward
+    return held.before + max(others + forward + during_forward, held.calls * saved + between, backwards)
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,15 @@ class HookOptions:
         ``(while the compiled forwards run, between the last forward and the
         first backward, while the compiled backwards run)``, or one int for
         all three: every estimate adds them, so the budget and its verdict
-        are of the whole step. :meth:`Session.measure_step` measures them
+        are of the whole step. The last may be a sequence, one amount per
+        backward call in the order they run (a region run ``region_calls``
+        times), each with what the calls before it output and the step
+        holds (a per-layer compile's parameter gradients; FSDP frees them
+        after its reduce-scatter): each call's backward is then counted
+        beside its own amount and the saved values of the calls still to
+        run, and the gradients are not modelled apart; a sequence of
+        another length than ``region_calls`` counts its largest amount
+        beside every call. :meth:`Session.measure_step` measures them
         (``outside_by_phase`` of :func:`reorder.measure.measure`) and names
         the value when the estimates counted less. Where the step runs
         several compiled regions, a mapping from a region's number (0 for
@@ -157,7 +165,7 @@ class HookOptions:
     fusion_slack_fraction: float = 0.01
     memory_budget: int | float | None = None
     region_calls: int = 1
-    held_outside: int | tuple[int, int, int] | Mapping[int, int | tuple[int, int, int]] = (0, 0, 0)
+    held_outside: int | tuple | Mapping[int, int | tuple] = (0, 0, 0)
     scalar_aliases: bool = True
     model_rewrites: tuple[str, ...] | None = None
 
@@ -245,7 +253,7 @@ class HookOptions:
         if self.poison:
             object.__setattr__(self, "slab", True)
 
-    def held_outside_of(self, region: int) -> tuple[int, int, int]:
+    def held_outside_of(self, region: int) -> tuple:
         """What ``held_outside`` counts beside the step's region number ``region`` (0 for the first it runs)."""
         if isinstance(self.held_outside, RegionBytes):
             return self.held_outside.get(region, (0, 0, 0))
@@ -273,10 +281,10 @@ class RegionBytes(Mapping):
     """``held_outside`` by region number, as :class:`HookOptions` keeps it: a mapping that cannot change and
     hashes, so that the options stay a value (equal options, equal hashes); it prints as the dict it was given."""
 
-    def __init__(self, by_region: Mapping[int, tuple[int, int, int]]):
+    def __init__(self, by_region: Mapping[int, tuple]):
         self._by_region = dict(by_region)
 
-    def __getitem__(self, region: int) -> tuple[int, int, int]:
+    def __getitem__(self, region: int) -> tuple:
         return self._by_region[region]
 
     def __iter__(self) -> Iterator[int]:
@@ -295,16 +303,59 @@ class RegionBytes(Mapping):
         return repr(self._by_region)
 
 
-def _phase_bytes(value, option) -> tuple[int, int, int]:
-    """``held_outside``'s bytes by phase from one int or three (``option``: the whole option, for the error)."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+def _bytes_text(amount: int | tuple[int, ...]) -> str:
+    """An amount of ``held_outside`` in bytes, or its amounts by backward call in parentheses."""
+    return f"({', '.join(f'{b:,}' for b in amount)})" if isinstance(amount, tuple) else f"{amount:,}"
+
+
+def _most_held(values: list[tuple]) -> tuple:
+    """The most of several ``held_outside`` values in each phase: by backward call where all are by call, with
+    as many calls; else the most of any call."""
+    backwards = [tuple(v[2]) if isinstance(v[2], (tuple, list)) else v[2] for v in values]
+    if all(isinstance(b, tuple) for b in backwards) and len({len(b) for b in backwards}) == 1:
+        backward = tuple(map(max, zip(*backwards)))
+    else:
+        backward = max(max(b) if isinstance(b, tuple) else b for b in backwards)
+    return max(v[0] for v in values), max(v[1] for v in values), backward
+
+
+def _counted_less(got: dict, counted: tuple, slack: float) -> bool:
+    """Whether a step measured holding ``got`` (:func:`reorder.measure.outside_held`'s bytes by phase) beside
+    the compiled graphs held more than estimates that count ``counted`` (``held_outside``) by over ``slack``
+    bytes in some phase: by backward call where both are, else against the most of any call, and against the
+    ``"backward"`` phase where the estimates count one amount for all calls (their gradients are modelled
+    apart, and the phase leaves them out as that amount does)."""
+    from ..measure import phase_bytes
+
+    measured = phase_bytes(got)
+    backward = counted[2]
+    if isinstance(backward, (tuple, list)):
+        by_call = measured[2] if isinstance(measured[2], tuple) else (measured[2],)
+        if len(by_call) == len(backward):
+            pairs = zip(by_call, backward)
+        else:
+            pairs = [(max(by_call), max(backward))]
+    else:
+        pairs = [(got.get("backward", 0), backward)]
+    return any(g > c + slack for g, c in [*zip(measured[:2], counted[:2]), *pairs])
+
+
+def _phase_bytes(value, option) -> tuple:
+    """``held_outside``'s bytes by phase from one int or three, the last an int or a non-empty sequence of them
+    (by backward call), as a tuple of ints and the last a tuple where a sequence (``option``: the whole option,
+    for the error)."""
+    is_bytes = lambda b: isinstance(b, numbers.Integral) and not isinstance(b, bool) and b >= 0  # noqa: E731
+    if is_bytes(value):
         value = (value,) * 3
-    if not isinstance(value, (tuple, list)) or len(value) != 3 or any(
-            isinstance(b, bool) or not isinstance(b, numbers.Integral) or b < 0 for b in value):
-        raise ReorderError(f"hook option held_outside={option!r}: expected bytes eager code holds (an int >= 0, or "
-                           f"three: while the forwards run, between, while the backwards run), or a mapping from "
-                           f"region number to either")
-    return tuple(int(b) for b in value)
+    if isinstance(value, (tuple, list)) and len(value) == 3 and isinstance(value[2], (tuple, list)):
+        by_call = value[2]
+        if by_call and all(is_bytes(b) for b in by_call) and all(is_bytes(b) for b in value[:2]):
+            return int(value[0]), int(value[1]), tuple(int(b) for b in by_call)
+    elif isinstance(value, (tuple, list)) and len(value) == 3 and all(is_bytes(b) for b in value):
+        return tuple(int(b) for b in value)
+    raise ReorderError(f"hook option held_outside={option!r}: expected bytes eager code holds (an int >= 0, or "
+                       f"three: while the forwards run, between, while the backwards run, the last an int or one "
+                       f"per backward call), or a mapping from region number to either")
 
 
 class _Record:
@@ -556,7 +607,7 @@ class PartitionRecord(_Record):
     outside_bytes: int | None = None
     stages: tuple[tuple[str, float], ...] = ()
     calls: int = 1
-    held_outside: tuple[int, int, int] = (0, 0, 0)
+    held_outside: tuple = (0, 0, 0)
     gradient_bytes: int = 0
     region: int = 0
 
@@ -762,7 +813,7 @@ class Session:
         regions = len({r.digest or r.graph for r in records})
         counted = max(r.calls for r in records)
         eager = phase_bytes(measured.outside_by_phase)
-        eager_counted = tuple(max(r.held_outside[k] for r in records) for k in range(3))
+        eager_counted = _most_held([r.held_outside for r in records])
         first_records: dict[int, PartitionRecord] = {}  # each region's first record, by its number
         for r in records:
             first_records.setdefault(r.region, r)
@@ -777,21 +828,23 @@ class Session:
             log.info("reorder: the step ran %d compiled regions with a backward, and %d were budgeted: no "
                      "held_outside by region is suggested", len(beside), len(first_records))
         counted_beside = [first_records[k].held_outside for k in range(len(beside))] if by_region else []
-        if by_region and any(
-                got > held + 0.02 * budget for region in zip(beside, counted_beside) for got, held in zip(*region)):
-            bytes_of = lambda held: ", ".join(f"{b:,}" for b in held)  # noqa: E731
+        if by_region and any(_counted_less(got, held, 0.02 * budget)
+                             for got, held in zip(measured.outside_by_region, counted_beside)):
+            bytes_of = lambda held: ", ".join(_bytes_text(b) for b in held)  # noqa: E731
             reasons.append("beside each compiled region, eager code and later regions held (with the compiled "
                            "outputs they kept) " + "; ".join(
                 f"{bytes_of(got)} B beside region {k} ({first_records[k].graph}), where its estimates count "
                 f"{bytes_of(held)} B" for k, (got, held) in enumerate(zip(beside, counted_beside)))
                            + " (while it ran forward, between, while it ran backward)")
             options.append(f"held_outside={dict(enumerate(beside))}")
-        elif any(got > held + 0.02 * budget for got, held in zip(eager, eager_counted)):
+        elif _counted_less(measured.outside_by_phase, eager_counted, 0.02 * budget):
             reasons.append("eager code beside the compiled graphs held (with the compiled outputs it kept) "
                            + ", ".join(
-                f"{got:,} B {phase}" for got, phase in zip(eager, ("while they ran forward", "between",
-                                                                    "while they ran backward")))
-                           + f", where the estimates count {', '.join(f'{b:,}' for b in eager_counted)} B")
+                f"{_bytes_text(got)} B {phase}" for got, phase in zip(eager, (
+                    "while they ran forward", "between", "while they ran backward (by call, with the outputs of "
+                    "the calls before that the step kept)" if isinstance(eager[2], tuple) else
+                    "while they ran backward")))
+                           + f", where the estimates count {', '.join(_bytes_text(b) for b in eager_counted)} B")
             options.append(f"held_outside={eager}")
         if reasons:
             log.warning("reorder: %s; compile with use(memory_budget=..., %s) for estimates, a fraction and a "
@@ -986,8 +1039,13 @@ def partition_line(r: PartitionRecord) -> str:
     if r.calls > 1:
         budget += f"; the region run {r.calls} times a step, every estimate counting all the calls"
     if any(r.held_outside):
-        budget += "; what eager code and later regions hold beside it counted at " + \
-            "/".join(format_bytes(b) for b in r.held_outside) + " (forward/between/backward)"
+        backward = r.held_outside[2]
+        by_call = isinstance(backward, (tuple, list))
+        amounts = [*r.held_outside[:2], "(" + ", ".join(map(format_bytes, backward)) + ")" if by_call
+                   else backward]
+        budget += "; what eager code and later regions hold beside it counted at " + "/".join(
+            a if isinstance(a, str) else format_bytes(a) for a in amounts) + \
+            (" (forward/between/backward by call)" if by_call else " (forward/between/backward)")
     estimates = f"estimated step peak {format_bytes(r.stock_peak)} -> {format_bytes(r.peak)}"
     if r.compiled_peak is not None:
         estimates += f", compiled graphs {format_bytes(r.compiled_peak)}"
