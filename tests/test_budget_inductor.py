@@ -954,7 +954,7 @@ def test_a_region_compiled_per_layer_is_budgeted_for_every_call_of_the_step(fres
     from helpers import assert_close_to_eager
 
     from benchmarks.zoo import TransformerBlock
-    from reorder.measure import OUTSIDE_PHASES, measure
+    from reorder.measure import measure, phase_bytes
 
     torch.manual_seed(0)
     blocks = nn.Sequential(*(TransformerBlock(64) for _ in range(3)))
@@ -970,8 +970,11 @@ def test_a_region_compiled_per_layer_is_budgeted_for_every_call_of_the_step(fres
 
     expected = step()
     stock = measure(step, "cpu")
-    eager = tuple(stock.outside_by_phase[phase] for phase in OUTSIDE_PHASES)
+    eager = phase_bytes(stock.outside_by_phase)
     assert eager[1] > 0  # the loss's square, held between the forwards and the backwards
+    parameters = sum(p.numel() * p.element_size() for p in blocks[0].parameters())
+    # by backward call: beside each, the gradients of the blocks whose backward ran before it (kept as .grad)
+    assert [b - eager[2][0] for b in eager[2]] == [0, parameters, 2 * parameters], eager
     peaks = {}
     for options in ({}, {"region_calls": 3}, {"region_calls": 3, "held_outside": eager}):
         torch._dynamo.reset()
@@ -986,7 +989,6 @@ def test_a_region_compiled_per_layer_is_budgeted_for_every_call_of_the_step(fres
         assert (f"held_outside={eager}" in warned) == (len(options) < 2), warned
         (record,) = session.partitions
         assert record.calls == options.get("region_calls", 1) and record.source != "inductor", session.summary()
-        parameters = sum(p.numel() * p.element_size() for p in blocks[0].parameters())
         assert record.gradient_bytes == (parameters if record.calls > 1 else 0)  # they stay while others run
         assert record.measured_peak == peak and record.feasible == (peak <= record.budget_bytes)
         for ours, theirs in zip(got, expected, strict=True):
