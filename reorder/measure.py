@@ -245,10 +245,11 @@ def outside_held(paired: tuple[list, dict[int, int], list[int]], calls: list[tup
     held = {"forward": max(live(eager, s, e) for s, e in forwards), "between": _most_live(eager + kept, between),
             "backward": max(beside_backwards)}
     if len(backwards) > 1:
-        output = [[a for a in made if s <= a[0] <= e] for s, e in backwards]
-        held["backward calls"] = tuple(
-            beside + live([a for earlier in output[:k] for a in earlier], s, e)
-            for k, (beside, (s, e)) in enumerate(zip(beside_backwards, backwards)))
+        by_call, earlier = [], []  # earlier: what the backward calls before this one allocated
+        for beside, (s, e) in zip(beside_backwards, backwards):
+            by_call.append(beside + live(earlier, s, e))
+            earlier += [a for a in made if s <= a[0] <= e]
+        held["backward calls"] = tuple(by_call)
     return held
 
 

@@ -303,15 +303,16 @@ class RegionBytes(Mapping):
         return repr(self._by_region)
 
 
-def _bytes_text(amount: int | tuple[int, ...]) -> str:
-    """An amount of ``held_outside`` in bytes, or its amounts by backward call in parentheses."""
-    return f"({', '.join(f'{b:,}' for b in amount)})" if isinstance(amount, tuple) else f"{amount:,}"
+def _bytes_text(amount: int | tuple[int, ...], text: Callable[[int], str] = "{:,}".format) -> str:
+    """An amount of ``held_outside`` (bytes, written by ``text``), or its amounts by backward call in
+    parentheses."""
+    return f"({', '.join(map(text, amount))})" if isinstance(amount, tuple) else text(amount)
 
 
 def _most_held(values: list[tuple]) -> tuple:
     """The most of several ``held_outside`` values in each phase: by backward call where all are by call, with
     as many calls; else the most of any call."""
-    backwards = [tuple(v[2]) if isinstance(v[2], (tuple, list)) else v[2] for v in values]
+    backwards = [v[2] for v in values]
     if all(isinstance(b, tuple) for b in backwards) and len({len(b) for b in backwards}) == 1:
         backward = tuple(map(max, zip(*backwards)))
     else:
@@ -329,7 +330,7 @@ def _counted_less(got: dict, counted: tuple, slack: float) -> bool:
 
     measured = phase_bytes(got)
     backward = counted[2]
-    if isinstance(backward, (tuple, list)):
+    if isinstance(backward, tuple):
         by_call = measured[2] if isinstance(measured[2], tuple) else (measured[2],)
         if len(by_call) == len(backward):
             pairs = zip(by_call, backward)
@@ -1039,13 +1040,9 @@ def partition_line(r: PartitionRecord) -> str:
     if r.calls > 1:
         budget += f"; the region run {r.calls} times a step, every estimate counting all the calls"
     if any(r.held_outside):
-        backward = r.held_outside[2]
-        by_call = isinstance(backward, (tuple, list))
-        amounts = [*r.held_outside[:2], "(" + ", ".join(map(format_bytes, backward)) + ")" if by_call
-                   else backward]
+        by_call = " by call" if isinstance(r.held_outside[2], tuple) else ""
         budget += "; what eager code and later regions hold beside it counted at " + "/".join(
-            a if isinstance(a, str) else format_bytes(a) for a in amounts) + \
-            (" (forward/between/backward by call)" if by_call else " (forward/between/backward)")
+            _bytes_text(b, format_bytes) for b in r.held_outside) + f" (forward/between/backward{by_call})"
     estimates = f"estimated step peak {format_bytes(r.stock_peak)} -> {format_bytes(r.peak)}"
     if r.compiled_peak is not None:
         estimates += f", compiled graphs {format_bytes(r.compiled_peak)}"
