@@ -195,6 +195,23 @@ def test_the_bytes_a_search_holds_stay_under_its_byte_budget():
     assert traced <= max_bytes
 
 
+def test_the_cache_of_sets_moves_reached_never_changes_an_answer(monkeypatch):
+    """Moves that reach a set a move reached before are skipped: its free moves end in a set already seen. With
+    the cache emptied at every set (no room for it), the search sees the same sets and gives the same answer,
+    on a backward graph it cannot finish and on one it proves."""
+    import reorder.schedulers.peak_search as peak_search
+
+    gpt2 = load_graph(ROOT / "benchmarks/real/graphs/full/GPT2LMHeadModel_train/model__2_backward_12.json")
+    convnext = load_graph(REAL / "ConvNextForImageClassification_train" / "model__2_backward_11.json")
+    cases = [(gpt2, 3_000), (convnext, 200_000), (parallel_chains(6, 5), 10**6)]
+    cached = [minimum_peak(graph, list(range(graph.num_nodes)), states) for graph, states in cases]
+    monkeypatch.setattr(peak_search, "TRIED_OVERHEAD", 2**60)
+    emptied = [minimum_peak(graph, list(range(graph.num_nodes)), states) for graph, states in cases]
+    assert [(a.order, a.peak, a.states, a.proven) for a in cached] == \
+        [(a.order, a.peak, a.states, a.proven) for a in emptied]
+    assert [a.proven for a in cached] == [False, True, True]
+
+
 def test_a_byte_budget_is_a_count_of_sets():
     """The same answer as a state budget of as many sets: never a measurement of the machine."""
     graph = parallel_chains(6, 5)

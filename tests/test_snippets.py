@@ -160,3 +160,23 @@ def test_snippet_runs_as_written(snippet, tmp_path):
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, f"{snippet.name} failed:\n{done.stderr[-4000:]}"
+
+
+@pytest.mark.slow
+def test_the_step_measuring_snippet_runs_again_when_inductors_cache_serves_the_compile(tmp_path):
+    """A reader runs a block twice: the second compile comes from Inductor's cache, which skips the partitioner, so
+    the session has no partition to read. The block must still run (it indexed ``session.partitions[0]``, and the
+    suite failed whenever an earlier run with the same sources had left the cache warm). Both runs share one cache
+    folder of their own: the first fills it, the second is served by it."""
+    snippet, = [s for s in ALL if s.document.name == "inductor.md" and "session.measure_step" in s.code]
+    script = tmp_path / "snippet.py"
+    script.write_text(program(snippet))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")}
+    runs = [subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=900) for _ in range(2)]
+    for k, done in enumerate(runs):
+        assert done.returncode == 0, f"run {k + 1} of {snippet.name} failed:\n{done.stderr[-4000:]}"
+    first, second = (done.stdout.splitlines() for done in runs)
+    assert len(first) == 2 and first[1].startswith("model__0_joint_0 ")  # the measurement, then the one region's
+    assert len(second) == 1  # served by the cache: the measurement alone

@@ -70,6 +70,10 @@ __all__ = ["LimitAnswer", "MinimumAnswer", "PeakSearch", "SetState", "minimum_pe
 #: entry on the stack (the :class:`SetState` record, its live bytes, the tuple and list around them).
 STATE_OVERHEAD = 288
 
+#: The bytes a set a move reached (before its free moves) holds in the search's cache besides the set itself:
+#: its slot in a Python set.
+TRIED_OVERHEAD = 96
+
 
 @dataclass(frozen=True)
 class LimitAnswer:
@@ -272,6 +276,14 @@ class PeakSearch:
         full = (1 << self.graph.num_nodes) - 1
         alloc = self.alloc
         seen: set[int] = set()
+        # The sets moves reached before their free moves ran. Free moves from a set end in the one set that
+        # no free move leaves (a free move only makes others possible), which was then seen, so a move that
+        # reaches such a set again would add nothing and is skipped before it runs. A cache held to the bytes
+        # the sets seen leave of their share (emptied when it would take more): it never changes an answer.
+        tried: set[int] = set()
+        state_bytes = self.state_bytes(self.graph)
+        tried_bytes = int_bytes(self.graph.num_nodes) + TRIED_OVERHEAD
+        room = cap * state_bytes
         path: list[int] = []
         stack: list[tuple[SetState, int, list[int], int]] = [
             (SetState(0, self.live_at_start, self.sets.ready_at_start, self.wanted_at_start), 0, [], 0)
@@ -284,6 +296,11 @@ class PeakSearch:
                 return LimitAnswer(list(path), len(seen))
             children = []
             for move in self._moves(state.done, state.ready, state.wanted):
+                reached = state.done
+                for v in move:
+                    reached |= 1 << v
+                if reached in tried:
+                    continue
                 nxt, short_here = state, short
                 for v in move:
                     if nxt.live + alloc[v] > limit:
@@ -291,6 +308,11 @@ class PeakSearch:
                     nxt = self._run(nxt, v)
                     short_here &= ~self.co_readers[v]
                 else:
+                    left = room - len(seen) * state_bytes
+                    if (len(tried) + 1) * tried_bytes > left:
+                        tried.clear()
+                    if tried_bytes <= left:
+                        tried.add(reached)
                     ran_here = list(move)
                     nxt, short_here = self._free_moves(nxt, limit, ran_here, short_here)
                     if nxt.done in seen:
