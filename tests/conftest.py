@@ -42,3 +42,11 @@ def fresh_compiles(config_patch):
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+
+
+def pytest_collection_modifyitems(items):
+    """Tests marked ``slow`` run first, each file's in its order. The suite runs on two workers that each take the
+    next test as they free (``addopts`` in pyproject.toml): the long compiles then spread over both, and the short
+    tests fill in at the end, instead of a compile of two minutes starting last on one worker while the other
+    idles."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
