@@ -127,6 +127,16 @@ def program(snippet: Snippet) -> str:
 ALL = [s for document in DOCUMENTS for s in snippets(document)]
 
 
+def run_snippet(snippet: Snippet, folder: Path, **env) -> subprocess.CompletedProcess:
+    """``snippet`` as a reader runs it: its program written to ``folder``, run there by a fresh interpreter with
+    this checkout first on ``PYTHONPATH`` (and ``env`` added to the environment)."""
+    script = folder / "snippet.py"
+    script.write_text(program(snippet))
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, str(script)], cwd=folder, env={**os.environ, "PYTHONPATH": path, **env},
+                          capture_output=True, text=True, timeout=900)
+
+
 def test_the_documents_have_snippets_and_every_skip_says_why():
     assert {s.document.name for s in ALL} >= {"README.md", "inductor.md"}
     assert all(s.skip is None or s.skip for s in ALL)
@@ -154,11 +164,7 @@ def test_snippet_runs_as_written(snippet, tmp_path):
         pytest.skip(snippet.skip)
     if '"graph.json"' in snippet.code:
         shutil.copy(GRAPHS / "mlp_train_1.json", tmp_path / "graph.json")
-    script = tmp_path / "snippet.py"
-    script.write_text(program(snippet))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=900)
+    done = run_snippet(snippet, tmp_path)
     assert done.returncode == 0, f"{snippet.name} failed:\n{done.stderr[-4000:]}"
 
 
@@ -169,12 +175,7 @@ def test_the_step_measuring_snippet_runs_again_when_inductors_cache_serves_the_c
     suite failed whenever an earlier run with the same sources had left the cache warm). Both runs share one cache
     folder of their own: the first fills it, the second is served by it."""
     snippet, = [s for s in ALL if s.document.name == "inductor.md" and "session.measure_step" in s.code]
-    script = tmp_path / "snippet.py"
-    script.write_text(program(snippet))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")}
-    runs = [subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                           timeout=900) for _ in range(2)]
+    runs = [run_snippet(snippet, tmp_path, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor-cache")) for _ in range(2)]
     for k, done in enumerate(runs):
         assert done.returncode == 0, f"run {k + 1} of {snippet.name} failed:\n{done.stderr[-4000:]}"
     first, second = (done.stdout.splitlines() for done in runs)
