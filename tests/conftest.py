@@ -33,15 +33,16 @@ def config_patch():
 
 
 @pytest.fixture
-def fresh_compiles(config_patch):
-    """Real compiles: Inductor's caches off, dynamo reset (every result is in the session of its compile)."""
+def fresh_compiles():
+    """Real compiles: every stage runs again (:func:`helpers.compiled_afresh`), dynamo reset (every result is in the
+    session of its compile)."""
     import torch
-    import torch.compiler.config
+    from helpers import compiled_afresh
 
-    config_patch(torch.compiler.config, force_disable_caches=True)
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+    with compiled_afresh():
+        torch._dynamo.reset()
+        yield
+        torch._dynamo.reset()
 
 
 def pytest_collection_modifyitems(items):

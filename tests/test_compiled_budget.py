@@ -7,7 +7,7 @@ from unittest.mock import patch
 
 import pytest
 import torch
-from helpers import allocated_peak
+from helpers import allocated_peak, compiled_afresh
 
 from reorder.graph import BufferSpec, InputSpec, NodeSpec, build_graph
 from reorder.inductor import PartitionRecord
@@ -395,20 +395,14 @@ def test_kernel_groups_free_where_the_generated_code_frees():
     group, each writing small temporaries (row maxima and sums) that die inside it; the generated code frees them
     all after the group's last allocation, where the extern matrix product flushes it, not after each kernel."""
     import torch
-    import torch._inductor.config as config
 
     from reorder import inductor as hook
 
     def f(x, w):
         return x.softmax(-1).softmax(0).softmax(-1) @ w
 
-    before = config.force_disable_caches
-    config.force_disable_caches = True
-    try:
-        with hook.use(memory_budget=0.9) as session:  # our code generation reads the graph's lines
-            torch.compile(f)(torch.randn(64, 64), torch.randn(64, 64))
-    finally:
-        config.force_disable_caches = before
+    with compiled_afresh(), hook.use(memory_budget=0.9) as session:  # our code generation reads the graph's lines
+        torch.compile(f)(torch.randn(64, 64), torch.randn(64, 64))
     (name,) = [r.graph for r in session.graphs]
     events = session.generated_code(name).events
     kinds = [e.kind for e in events]
@@ -478,7 +472,6 @@ def test_a_kernel_fused_at_its_outer_loops_allocates_no_local_buffer():
     """Inductor's C++ backend fuses a softmax's loops at the row and keeps the exponentials in a row-sized local
     buffer (``try_outer_loop_fusion_with_local_buf``): the model's rule names the buffers it keeps local, and
     they are the ones the generated code never allocates, as many as Inductor's own count says."""
-    import torch._inductor.config as config
     from torch._inductor import metrics
 
     import reorder.inductor.reorder_pass as reorder_pass
@@ -493,14 +486,10 @@ def test_a_kernel_fused_at_its_outer_loops_allocates_no_local_buffer():
         scheduled.append({buf.get_name() for node in nodes for buf in node.get_outputs()})
         return model_of_nodes_before(session, name, nodes, *args)
 
-    before = config.force_disable_caches
-    config.force_disable_caches = True
     metrics.reset()
-    try:
-        with patch.object(reorder_pass, "model_of_nodes", reading), hook.use(memory_budget=0.9) as session:
-            torch.compile(lambda x: torch.softmax(x, -1) * 2)(torch.randn(4, 12, 64, 64))
-    finally:
-        config.force_disable_caches = before
+    with compiled_afresh(), patch.object(reorder_pass, "model_of_nodes", reading), \
+            hook.use(memory_budget=0.9) as session:
+        torch.compile(lambda x: torch.softmax(x, -1) * 2)(torch.randn(4, 12, 64, 64))
     ((local,),) = [predicted]
     assert local, "Inductor kept nothing local here: the test no longer tests anything"
     assert sum(count.local_buffer_number for count in metrics.cpp_outer_loop_fused_inner_counts) == len(local)

@@ -11,6 +11,7 @@ code runs it in (Inductor's layout optimisation), and named in the replay by ker
 import pytest
 import torch
 
+from helpers import compiled_afresh
 from reorder import inductor as hook
 from reorder.inductor.compiled_budget import owned_inputs, region_of
 from reorder.inductor.generated_code import AllocationEvent as Event, GeneratedCode, freed_in_a_step
@@ -101,17 +102,10 @@ def test_the_replay_of_each_compiled_graph_is_the_allocators_peak_of_its_call_an
     generated code's events, and the model of that code our pass ordered it by before it existed (its in-place
     writes read from Inductor's scheduler, the channels-last copies its backward frees): all three agree to the
     byte."""
-    import torch._inductor.config as config
-
     model, x = make()
-    config_before = config.force_disable_caches
-    config.force_disable_caches = True
-    try:
-        with hook.use(memory_budget=1.0) as session:  # our code generation reads every graph it compiles
-            compiled = torch.compile(model)
-            compiled(x).sum().backward()
-    finally:
-        config.force_disable_caches = config_before
+    with compiled_afresh(), hook.use(memory_budget=1.0) as session:  # our code generation reads every graph
+        compiled = torch.compile(model)
+        compiled(x).sum().backward()
     model.zero_grad(set_to_none=True)
     step = measure(lambda: compiled(x).sum().backward(), "cpu")
     calls = {"forward": [c for c in step.compiled_calls if not c.name.endswith("(backward)")],

@@ -91,11 +91,11 @@ def strides_handed_to_the_kernel(fn, *args) -> list:
     return [tuple(i.strides) for i in calls[0].extra_fields.inputs if hasattr(i, "strides") and i.sizes]
 
 
-def test_a_plain_programs_operands_are_laid_out_and_copied_as_inductor_lowers_them(config_patch):
+def test_a_plain_programs_operands_are_laid_out_and_copied_as_inductor_lowers_them(config_patch, fresh_compiles):
     """A depthwise backward convolution on a channels-last input in a program without layout optimisation:
     Inductor copies the input into the N, H, C, W order of the weight gradient and the output gradient into a new
     buffer; a dense convolution's operands already follow its orders and are handed over as they are."""
-    config_patch(torch._inductor.config, force_disable_caches=True, layout_optimization=False)
+    config_patch(torch._inductor.config, layout_optimization=False)
     backward = aten.convolution_backward.default
     flags = ([0], [2, 2], [0, 0], [1, 1], False, [0, 0])
 

@@ -258,10 +258,12 @@ def test_the_docs_put_the_cache_note_next_to_the_first_snippet():
 
 @pytest.mark.slow
 def test_a_graph_served_by_inductors_cache_is_recorded_as_such(monkeypatch, config_patch, tmp_path):
+    import torch._functorch.config
     import torch._inductor.config as config
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
-    config_patch(config, force_disable_caches=False)
+    config_patch(config, force_disable_caches=False, fx_graph_cache=True)
+    config_patch(torch._functorch.config, enable_autograd_cache=True)
 
     def program(x):
         return (x * 2).relu().sum(0)

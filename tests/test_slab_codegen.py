@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from helpers import assert_close_to_eager, in_fresh_process, tiny_model as tiny
+from helpers import assert_close_to_eager, compiled_afresh, in_fresh_process, tiny_model as tiny
 from reorder import inductor as hook
 from reorder.errors import SlabCheckError
 from reorder.inductor import slab
@@ -231,11 +231,9 @@ def test_compiled_once_with_dynamic_shapes_the_pools_hold_at_every_size(name):
     in_fresh_process("test_slab_codegen", "pools_hold_at_every_size", name)
 
 
+@compiled_afresh()
 def pools_hold_at_every_size(name: str) -> None:
-    import torch.compiler.config
     from torch._dynamo.utils import counters
-
-    torch.compiler.config.force_disable_caches = True
     from torch._inductor.utils import run_and_get_code
 
     model, x = tiny(name)

@@ -35,7 +35,7 @@ from typing import Sequence
 from reorder.inductor.session import PartitionRecord
 
 from ..variants import load_records
-from .tables import RESULTS, Column, cached_rows, count_of, details_with_plots, left, markdown, megabytes
+from .tables import IMAGES, RESULTS, Column, cached_rows, count_of, details_with_plots, left, markdown, megabytes
 
 __all__ = ["INDUCTOR_GRID", "BudgetRow", "budget_row", "budget_rows", "budget_section", "cuda_table",
            "inductor_table", "plot_budget", "round_ratio", "step_figures", "time_ratio"]
@@ -400,8 +400,9 @@ def cuda_table(folders: list[Path] | None = None) -> list[str]:
             *("| " + " | ".join(cells) + " |" for cells in lines)]
 
 
-def budget_section(folder: Path = BUDGETS) -> list[str]:
-    """The report's memory-budget section (empty without cached rows)."""
+def budget_section(folder: Path = BUDGETS, images: Path = IMAGES) -> list[str]:
+    """The report's memory-budget section (empty without cached rows), from the rows cached in ``folder``, its plots
+    drawn into ``images``."""
     rows = budget_rows(folder)
     if not rows:
         return []
@@ -434,4 +435,4 @@ def budget_section(folder: Path = BUDGETS) -> list[str]:
              "square error against that reference to stock's.", "",
              *markdown(SUMMARY, rows), ""]
     return lines + details_with_plots(rows, _detail, plot_budget, lambda r: f"budget-{r.model}.png",
-                                      lambda r: f"{r.model} under a memory budget")
+                                      lambda r: f"{r.model} under a memory budget", images)

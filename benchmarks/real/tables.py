@@ -60,12 +60,13 @@ def count_of(pair: tuple[int, int]) -> str:
 
 
 def details_with_plots(rows: Sequence, detail: Callable[[Any], list[str]], plot: Callable[[Any, Path], bool],
-                       image: Callable[[Any], str], caption: Callable[[Any], str]) -> list[str]:
-    """Each row's detail lines, then its plot (``docs/img/real/<image(row)>``) where one was drawn."""
+                       image: Callable[[Any], str], caption: Callable[[Any], str], images: Path = IMAGES) -> list[str]:
+    """Each row's detail lines, then its plot (``<images>/<image(row)>``, docs/img/real by default, linked as the
+    report's ``img/real/``) where one was drawn."""
     lines = []
     for row in rows:
         lines += detail(row)
-        path = IMAGES / image(row)
+        path = images / image(row)
         if plot(row, path):
             lines += [f"![{caption(row)}](img/real/{path.name})", ""]
     return lines

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .budget_report import OVER_BUDGET, SLOWER, BudgetRow, Point, plot_budget, round_ratio
-from .tables import RESULTS, Column, count_of, details_with_plots, left, markdown, megabytes
+from .tables import IMAGES, RESULTS, Column, count_of, details_with_plots, left, markdown, megabytes
 
 __all__ = ["WildRow", "wild_rows", "wild_section"]
 
@@ -242,8 +242,9 @@ def plot_wild(row: WildRow, path: Path) -> bool:
                                                             "each variant in a fresh process"))
 
 
-def wild_section(folder: Path = WILD) -> list[str]:
-    """The report's "how people train" section (empty without cached rows)."""
+def wild_section(folder: Path = WILD, images: Path = IMAGES) -> list[str]:
+    """The report's "how people train" section (empty without cached rows), from the rows cached in ``folder``, its
+    plots drawn into ``images``."""
     rows = wild_rows(folder)
     if not rows:
         return []
@@ -270,4 +271,4 @@ def wild_section(folder: Path = WILD) -> list[str]:
              "the option existed say so in their records: `held_outside` all zero).", "",
              *markdown(SUMMARY, rows), ""]
     return lines + details_with_plots(rows, _detail, plot_wild, lambda r: f"wild-{r.row}.png",
-                                      lambda r: f"{r.row}: real peak against step time")
+                                      lambda r: f"{r.row}: real peak against step time", images)
