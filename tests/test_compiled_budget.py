@@ -7,7 +7,7 @@ from unittest.mock import patch
 
 import pytest
 import torch
-from helpers import allocated_peak, compiled_afresh
+from helpers import allocated_peak
 
 from reorder.graph import BufferSpec, InputSpec, NodeSpec, build_graph
 from reorder.inductor import PartitionRecord
@@ -390,7 +390,7 @@ def test_cpu_kernel_groups_free_their_dead_buffers_when_flushed():
 
 
 @pytest.mark.slow
-def test_kernel_groups_free_where_the_generated_code_frees():
+def test_kernel_groups_free_where_the_generated_code_frees(fresh_compiles):
     """The model's kernel-group rule against Inductor's own C++ code: three softmaxes are generated kernels of one
     group, each writing small temporaries (row maxima and sums) that die inside it; the generated code frees them
     all after the group's last allocation, where the extern matrix product flushes it, not after each kernel."""
@@ -401,7 +401,7 @@ def test_kernel_groups_free_where_the_generated_code_frees():
     def f(x, w):
         return x.softmax(-1).softmax(0).softmax(-1) @ w
 
-    with compiled_afresh(), hook.use(memory_budget=0.9) as session:  # our code generation reads the graph's lines
+    with hook.use(memory_budget=0.9) as session:  # our code generation reads the graph's lines
         torch.compile(f)(torch.randn(64, 64), torch.randn(64, 64))
     (name,) = [r.graph for r in session.graphs]
     events = session.generated_code(name).events
@@ -468,7 +468,7 @@ def test_a_kernel_writes_nothing_into_a_buffer_it_keeps_local():
 
 
 @pytest.mark.slow
-def test_a_kernel_fused_at_its_outer_loops_allocates_no_local_buffer():
+def test_a_kernel_fused_at_its_outer_loops_allocates_no_local_buffer(fresh_compiles):
     """Inductor's C++ backend fuses a softmax's loops at the row and keeps the exponentials in a row-sized local
     buffer (``try_outer_loop_fusion_with_local_buf``): the model's rule names the buffers it keeps local, and
     they are the ones the generated code never allocates, as many as Inductor's own count says."""
@@ -487,8 +487,7 @@ def test_a_kernel_fused_at_its_outer_loops_allocates_no_local_buffer():
         return model_of_nodes_before(session, name, nodes, *args)
 
     metrics.reset()
-    with compiled_afresh(), patch.object(reorder_pass, "model_of_nodes", reading), \
-            hook.use(memory_budget=0.9) as session:
+    with patch.object(reorder_pass, "model_of_nodes", reading), hook.use(memory_budget=0.9) as session:
         torch.compile(lambda x: torch.softmax(x, -1) * 2)(torch.randn(4, 12, 64, 64))
     ((local,),) = [predicted]
     assert local, "Inductor kept nothing local here: the test no longer tests anything"

@@ -11,7 +11,6 @@ code runs it in (Inductor's layout optimisation), and named in the replay by ker
 import pytest
 import torch
 
-from helpers import compiled_afresh
 from reorder import inductor as hook
 from reorder.inductor.compiled_budget import owned_inputs, region_of
 from reorder.inductor.generated_code import AllocationEvent as Event, GeneratedCode, freed_in_a_step
@@ -97,13 +96,14 @@ def convolution_scratch() -> dict[str, int]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("make, scratch", [(transformer_block, dict), (residual_cnn, convolution_scratch)])
-def test_the_replay_of_each_compiled_graph_is_the_allocators_peak_of_its_call_and_the_models_promise(make, scratch):
+def test_the_replay_of_each_compiled_graph_is_the_allocators_peak_of_its_call_and_the_models_promise(make, scratch,
+                                                                                                 fresh_compiles):
     """Each compiled graph of a budgeted region, three ways: the allocator's measured call, the replay of its
     generated code's events, and the model of that code our pass ordered it by before it existed (its in-place
     writes read from Inductor's scheduler, the channels-last copies its backward frees): all three agree to the
     byte."""
     model, x = make()
-    with compiled_afresh(), hook.use(memory_budget=1.0) as session:  # our code generation reads every graph
+    with hook.use(memory_budget=1.0) as session:  # our code generation reads every graph it compiles
         compiled = torch.compile(model)
         compiled(x).sum().backward()
     model.zero_grad(set_to_none=True)
