@@ -149,8 +149,8 @@ class Graph:
 
     A symbolic graph (``size_exprs`` not None) holds its sizes at the point
     ``size_hints`` in the arrays above; ``size_ranges`` gives every symbol's
-    range, :meth:`at` the graph at another point of them, and
-    :meth:`evaluation_points` the points its results are checked at.
+    range, :meth:`at` the graph at another point of them (made once per
+    point), and :meth:`evaluation_points` the points its results are checked at.
     """
 
     name: str
@@ -217,11 +217,22 @@ class Graph:
         if self.size_exprs is None:
             return self
         values = {**self.size_hints, **point}
-        size, size_alloc, size_free, workspace, unique = _at_point(
-            self.size_exprs, values, self.buffer_names, self.node_names, self.is_input, self.freeable, self.alias_of,
-            self.parent)
-        return dataclasses.replace(self, size_hints=values, size=size, size_alloc=size_alloc, size_free=size_free,
-                                   workspace=workspace, unique_workspace=unique)
+        key = tuple(sorted(values.items()))
+        made = self._graphs_at.get(key)
+        if made is None:
+            size, size_alloc, size_free, workspace, unique = _at_point(
+                self.size_exprs, values, self.buffer_names, self.node_names, self.is_input, self.freeable,
+                self.alias_of, self.parent)
+            made = dataclasses.replace(self, size_hints=values, size=size, size_alloc=size_alloc,
+                                       size_free=size_free, workspace=workspace, unique_workspace=unique)
+            self._graphs_at[key] = made
+        return made
+
+    @cached_property
+    def _graphs_at(self) -> dict[tuple, Graph]:
+        """The graphs :meth:`at` made, by point: the passes ask for the same few points of one graph hundreds of
+        times (a budgeted ``dynamic=True`` backward's order asked 209 times), and each evaluates every size."""
+        return {}
 
     def with_free_inputs(self, names: Iterable[str]) -> Graph:
         """This graph with the inputs named in ``names`` at zero bytes (values that live before the program and

@@ -250,10 +250,14 @@ def size_symbols(tree: Expr) -> set[str]:
 
 
 def evaluate_size(tree: Expr, hints: Mapping[str, int], what: str = "size") -> Fraction:
-    """The exact value of a parsed expression with every symbol replaced by its hint."""
-    missing = sorted(size_symbols(tree) - set(hints))
-    if missing:
-        raise GraphError(f"{what}: needs a size hint for {', '.join(missing)}")
+    """The exact value of a parsed expression with every symbol replaced by its hint. A symbol without a hint is
+    the error, before any other the evaluation met (looked for only then: the passes evaluate every size of a
+    graph at each point they check)."""
+
+    def missing_hint() -> None:
+        missing = sorted(size_symbols(tree) - set(hints))
+        if missing:
+            raise GraphError(f"{what}: needs a size hint for {', '.join(missing)}")
 
     def value(node: Expr) -> Fraction:
         if isinstance(node, int):
@@ -287,8 +291,15 @@ def evaluate_size(tree: Expr, hints: Mapping[str, int], what: str = "size") -> F
 
     try:
         return value(tree)
+    except KeyError:
+        missing_hint()
+        raise
     except ZeroDivisionError:
+        missing_hint()
         raise GraphError(f"{what}: division by zero with the hints given") from None
+    except GraphError:
+        missing_hint()
+        raise
 
 
 def check_size_hints(hints: Mapping[str, int] | None, what: str = "size_hints") -> dict[str, int]:
@@ -309,9 +320,12 @@ def check_size_hints(hints: Mapping[str, int] | None, what: str = "size_hints") 
     return out
 
 
-def _whole_bytes(value: numbers.Rational, what: str, text: str | None) -> int:
+def _whole_bytes(value: numbers.Rational, what: str, text: str | Callable[[], str] | None) -> int:
+    """``value`` as bytes, or the :class:`GraphError` that names ``what`` and the size's ``text`` (or a function
+    that writes it, called only for the error)."""
     if value.denominator == 1 and 0 <= value <= MAX_BYTES:
         return int(value)
+    text = text() if callable(text) else text
     shown = f"size {value}" if text is None or text == str(value) else f"size {text!r} (= {value})"
     if value.denominator != 1:
         raise GraphError(f"{what}: {shown} is not a whole number of bytes")
@@ -344,7 +358,7 @@ def evaluate_bytes(tree: Expr, point: Mapping[str, int], what: str) -> int:
     """The bytes an expression of :func:`size_expression` comes to at ``point``, checked as a size."""
     if type(tree) is int:
         return tree
-    return _whole_bytes(evaluate_size(tree, point, what), what, format_size(tree))
+    return _whole_bytes(evaluate_size(tree, point, what), what, lambda: format_size(tree))
 
 
 def resolve_size(size: Size, hints: Mapping[str, int], what: str) -> tuple[int, str | None]:

@@ -303,6 +303,67 @@ def test_a_budget_stock_meets_builds_no_other_partition(monkeypatch):
     assert tables == [True, False, True, False]
 
 
+def test_a_region_compiled_again_reuses_its_frontier_and_another_region_does_not(monkeypatch):
+    """Each layer of a model compiled on its own (a Hugging Face decoder's layers recompile per ``layer_idx``)
+    hands the partitioner the same joint graph again: the frontier is built once per session and reused, so the
+    later layers make the same choice without running Inductor's budgets again; a graph of other sizes or
+    another dtype builds its own."""
+    import reorder.inductor.partitioner as partitioner
+    from reorder.inductor.session import REUSED_FRONTIER
+
+    built = []
+
+    def counted(*args, **kwargs):
+        built.append(args[0].num_nodes)
+        return frontier(*args, **kwargs)
+
+    frontier = partitioner.frontier
+    monkeypatch.setattr(partitioner, "frontier", counted)
+    x = torch.randn(256, 64)
+    layers = [mlp() for _ in range(3)]
+    stock = run(step_of(layers[0], min_cut_rematerialization_partition), layers[0], x)
+    with hook.use(memory_budget=0.5) as session:
+        got = [run(step_of(layer, BudgetPartitioner(session)), layer, x) for layer in layers]
+        run(step_of(layers[0], BudgetPartitioner(session)), layers[0], torch.randn(128, 64))
+        double = mlp().double()
+        run(step_of(double, BudgetPartitioner(session)), double, x.double())
+    assert len(built) == 3 and session.fallbacks == []
+    first, *again, smaller, in_double = session.partitions
+    stages = lambda record: [stage for stage, _ in record.stages]  # noqa: E731
+    assert "inductor budgets" in stages(first) and first.source != "inductor"
+    for record in again:
+        assert stages(record) == ["joint graph", "stock's estimate", REUSED_FRONTIER, "partition made"]
+        same = ("source", "peak", "frontier", "saved_bytes", "recomputed_flops", "budget_bytes", "feasible")
+        assert [getattr(record, f) for f in same] == [getattr(first, f) for f in same]
+    assert "inductor budgets" in stages(smaller) and "inductor budgets" in stages(in_double)
+    assert "no other was built" not in session.frontier()  # a reused frontier was built, by the first layer
+    for ours in got:  # every layer's partition recomputes the same operations as stock's
+        assert all(torch.equal(a, b) for a, b in zip(ours, stock, strict=True))
+
+
+def test_a_regions_key_tells_graphs_apart_by_sizes_hints_dtypes_and_checkpoint_tags():
+    """Two traces of one function at the same sizes have one key; another size, another size hint of the same
+    symbol, another dtype or a checkpoint tag give another (a frontier is reused only under its key)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    from reorder.inductor.partitioner import region_key
+
+    def f(x, w):
+        return (x @ w).relu().sum(1)
+
+    def key(mode="fake", rows=8, dtype=torch.float32, tagged=False):
+        gm = make_fx(f, tracing_mode=mode)(torch.randn(rows, 64, dtype=dtype), torch.randn(64, 32, dtype=dtype))
+        if tagged:
+            next(n for n in gm.graph.nodes if n.op == "call_function").meta["recompute"] = \
+                CheckpointPolicy.MUST_RECOMPUTE
+        return region_key(gm, {"num_fwd_outputs": 1})
+
+    assert key() == key() and key("symbolic") == key("symbolic")
+    others = [key(rows=16), key("symbolic"), key("symbolic", rows=16), key(dtype=torch.float64), key(tagged=True)]
+    assert len({key(), *others}) == 6
+
+
 def test_the_fallback_keeps_inductors_partition_and_warns(monkeypatch, caplog):
     import reorder.inductor.partitioner as partitioner
 

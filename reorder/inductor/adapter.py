@@ -27,6 +27,7 @@ Inductor's numbers only, and says why (:attr:`SchedulerState.not_symbolic`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Collection
 
@@ -239,8 +240,11 @@ def _at(expr, hints: dict[str, int]) -> int:
     return int(expr.xreplace({s: sympy.Integer(hints[str(s)]) for s in expr.free_symbols}))
 
 
+@functools.lru_cache(maxsize=4096)
 def _text(expr) -> int | str:
-    """A size for a spec: the bytes of a constant, the printed expression otherwise (read by our own parser)."""
+    """A size for a spec: the bytes of a constant, the printed expression otherwise (read by our own parser).
+    Remembered by expression: printing one takes sympy most of a millisecond, and a graph's buffers share a few
+    sizes, which every conversion of it (the guard's, the pass's, with the tangents freed) prints again."""
     return expr if isinstance(expr, int) else int(expr) if expr.is_number else str(expr)
 
 

@@ -14,7 +14,11 @@ for each compiled region's joint forward-backward graph
    the step's estimated peak; when the budget is at least stock's estimated
    step peak (a fraction of 1.0, say), stock is the choice whatever the
    others reach, so none of them is built (the record's ``frontier`` is
-   empty; that saves most of what the partitioner adds to a compile);
+   empty; that saves most of what the partitioner adds to a compile); a
+   region compiled again in the session with the same joint graph (each
+   layer of a Hugging Face decoder compiled on its own recompiles per
+   ``layer_idx``) reuses the frontier its first compile built
+   (:func:`region_key` names everything it depends on);
 3. picks the cheapest one within the budget (stock itself when stock fits);
 4. hands it to Inductor's min-cut partitioner as ``torch.utils.checkpoint``
    policies on the joint graph's nodes (``node.meta["recompute"]``:
@@ -76,7 +80,8 @@ from .joint_adapter import (draws_nothing, inputs_not_channels_last, parameter_g
                             saved_names, step_graph_from_joint)
 from .releases import hook_base
 from .scratch import probe_of
-from .session import FallbackRecord, HookOptions, PartitionRecord, Session, SessionBound, source_hash
+from .session import (REUSED_FRONTIER, FallbackRecord, HookOptions, PartitionRecord, Session, SessionBound,
+                      source_hash)
 
 __all__ = ["INDUCTOR_BUDGETS", "BudgetPartitioner"]
 
@@ -157,20 +162,29 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
         budget = self.options.memory_budget
         budget_bytes = budget_bytes_of(budget, stock_peak)
         lap("stock's estimate")
-        scaled = None
+        at_larger = False
         if budget_bytes >= stock_candidate.peak.peak:  # stock is the choice whatever the others reach
             front = Frontier(stock_candidate, ())
         else:
-            scaled = _at_larger_sizes(gm, num_fwd_outputs, kwargs, name, inputs_are_activations, self.options,
-                                      graph)
-            if scaled is not None:
-                stock_candidate = at_larger_sizes(stock_candidate, scaled, held=held)
-                lap("larger sizes")
-            offered = {f"inductor budget {b:g}": [graph.index[n] for n in names if n in graph.index]
-                       for b, names in _inductor_choices(gm, joint_inputs, kwargs, INDUCTOR_BUDGETS).items()}
-            lap("inductor budgets")
-            front = frontier(graph, stock_candidate, held=held, offered=offered, scaled=scaled)
-            lap("frontier")
+            def build() -> tuple[Frontier, bool]:
+                stock_here = stock_candidate
+                scaled = _at_larger_sizes(gm, num_fwd_outputs, kwargs, name, inputs_are_activations, self.options,
+                                          graph)
+                if scaled is not None:
+                    stock_here = at_larger_sizes(stock_candidate, scaled, held=held)
+                    lap("larger sizes")
+                offered = {f"inductor budget {b:g}": [graph.index[n] for n in names if n in graph.index]
+                           for b, names in _inductor_choices(gm, joint_inputs, kwargs, INDUCTOR_BUDGETS).items()}
+                lap("inductor budgets")
+                built = frontier(graph, stock_here, held=held, offered=offered, scaled=scaled)
+                lap("frontier")
+                return built, scaled is not None
+
+            # the same region compiled again (each layer of a model compiled on its own) has the same frontier
+            key = ("frontier", region_key(gm, kwargs), held, stock_candidate.partition.saved)
+            (front, at_larger), reused = session.reused(key, build) if session is not None else (build(), False)
+            if reused:
+                lap(REUSED_FRONTIER)
         choice = front.choose(budget_bytes)
         chosen, modules, note = choice.candidate, stock, ""
         if not choice.is_stock:
@@ -202,7 +216,7 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
             recomputed_flops=chosen.cost,
             stock_recomputed_flops=stock_partition.cost,
             frontier=tuple((p.cost, p.peak.peak) for p in front.points),
-            frontier_levels=tuple(front.level(p) for p in front.points) if scaled is not None else (),
+            frontier_levels=tuple(front.level(p) for p in front.points) if at_larger else (),
             held_before=held_before,
             digest=digest,
             seconds=time.perf_counter() - t0,
@@ -264,6 +278,59 @@ def joint_digest(gm) -> str:
     """A digest of a joint graph's nodes and shapes: the same region compiled again has the same one."""
     text = "\n".join(f"{n.op} {n.name} {n.target} {getattr(n.meta.get('val'), 'shape', '')}" for n in gm.graph.nodes)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def region_key(gm, kwargs: dict) -> tuple:
+    """A key of everything Inductor's partitioner and our frontier read from a joint graph: every node's
+    operation, arguments, value (shape, strides, dtype, device) and checkpoint tags, each size symbol's hint and
+    range, the partitioner's arguments, and functorch's configuration. Two compiles with the same key have the
+    same frontier. Made of the values themselves (a size symbol's expression, not its text: printing the
+    symbolic shapes of a ``dynamic=True`` decoder's joint graph took 0.7 s), so it holds within one process
+    only."""
+    from torch._functorch import config as functorch_config
+
+    symbols: dict = {}  # each size symbol met -> its shape environment
+    nodes = tuple((node.op, node.name, node.target, _frozen(node.args, symbols), _frozen(node.kwargs, symbols),
+                   node.meta.get("recompute"), node.meta.get("ac_graph_id"), node.meta.get("partitioner_tag"),
+                   _frozen(node.meta.get("val"), symbols))
+                  for node in gm.graph.nodes)
+    sizes = tuple(sorted((str(symbol), _hints(env).get(symbol), str(env.var_to_range.get(symbol)))
+                         for symbol, env in symbols.items()))
+    return (functorch_config.get_hash(), kwargs.get("num_fwd_outputs"),
+            _frozen(kwargs.get("static_lifetime_input_indices"), symbols), sizes, nodes)
+
+
+def _hints(shape_env) -> dict:
+    """A shape environment's hints by symbol (``backed_var_to_val`` where a release has it)."""
+    hints = getattr(shape_env, "backed_var_to_val", None)
+    return hints if hints is not None else shape_env.var_to_val
+
+
+def _frozen(value, symbols: dict):
+    """``value`` as a hashable value for :func:`region_key`: a joint node by its name, a size by its expression
+    (its symbols and their shape environment go into ``symbols``), a tensor by its shape, strides, dtype and
+    device, containers element by element."""
+    import torch
+
+    if isinstance(value, (tuple, list)):
+        return tuple(_frozen(v, symbols) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, _frozen(v, symbols)) for k, v in value.items())
+    if isinstance(value, torch.fx.Node):
+        return ("node", value.name)
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        expr = value.node.expr
+        for symbol in getattr(expr, "free_symbols", ()):
+            symbols.setdefault(symbol, value.node.shape_env)
+        return ("size", expr)
+    if isinstance(value, torch.Tensor):
+        strides = value.stride() if value.layout == torch.strided else None
+        return ("tensor", _frozen(tuple(value.shape), symbols), _frozen(strides, symbols), value.dtype, value.device)
+    try:
+        hash(value)
+    except TypeError:
+        return ("text", repr(value))
+    return value
 
 
 def _region_number(session: Session | None, gm) -> int:

@@ -74,6 +74,9 @@ def source_hash() -> str:
     return digest.hexdigest()
 
 
+#: The stage of a :class:`PartitionRecord` whose region had compiled before in the session: its frontier was reused.
+REUSED_FRONTIER = "frontier of the same region, reused"
+
 #: An ``int`` budget below this many bytes is refused: it is surely a fraction written as an int (``1`` for ``1.0``).
 SMALLEST_BYTE_BUDGET = 1024
 
@@ -574,7 +577,10 @@ class PartitionRecord(_Record):
     every tenth of its own ``activation_memory_budget``, candidates of ours),
     ``frontier`` (minimum cuts, segments and every candidate's estimate),
     ``partition made`` (Inductor's min-cut with our choice as policies); the
-    stages between are left out where no other partition was built.
+    stages between are left out where no other partition was built, and a
+    region compiled again in the session (the same joint graph: each layer of
+    a model compiled on its own) has :data:`REUSED_FRONTIER` in their place,
+    the frontier its first compile built.
 
     Peaks are the estimate of :func:`~reorder.budget.step_peak.step_peak`
     (the forward with its saved values, the backward freeing them, in the
@@ -684,6 +690,7 @@ class Session:
         self._regions: dict[str, object] = {}
         self._region_numbers: dict[object, int] = {}
         self._generated: dict[str, object] = {}
+        self._made: dict[object, object] = {}
         self._lock = threading.Lock()
         self._cache_hits_seen: int | None = None
         _live[self.token] = self
@@ -714,6 +721,19 @@ class Session:
         our code generation did not run for it."""
         with self._lock:
             return self._generated.get(graph)
+
+    def reused(self, key: object, make: Callable[[], object]) -> tuple[object, bool]:
+        """The value made for ``key`` earlier in this session, else ``make()``, kept for the next asking; and
+        whether it was reused. ``key`` must hold everything the value depends on (the partitioner's frontier of
+        one region compiled again: each layer of a model compiled on its own). ``make`` runs outside the lock:
+        two threads asking at once may both make it."""
+        with self._lock:
+            if key in self._made:
+                return self._made[key], True
+        value = make()
+        with self._lock:
+            self._made.setdefault(key, value)
+        return value, False
 
     def region_plan(self, region: str) -> object | None:
         """The plan :meth:`plan_region` remembered for ``region``, or None."""
@@ -781,7 +801,8 @@ class Session:
                           "whose second it meets)")
             # the stages say whether others were built (a later region's skip counts what earlier ones hold);
             # a record read back from before they were kept says it by the budget
-            built = any(stage == "frontier" for stage, _ in r.stages) if r.stages else r.budget_bytes < r.stock_peak
+            built = (any(stage in ("frontier", REUSED_FRONTIER) for stage, _ in r.stages) if r.stages
+                     else r.budget_bytes < r.stock_peak)
             if not built:
                 table += ("\n(the budget is at least stock's estimate, so stock's partition was kept and no other "
                           "was built: compile under a budget below 1.0 to see what the others reach)")
