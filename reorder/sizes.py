@@ -291,14 +291,10 @@ def evaluate_size(tree: Expr, hints: Mapping[str, int], what: str = "size") -> F
 
     try:
         return value(tree)
-    except KeyError:
+    except (KeyError, ZeroDivisionError, GraphError) as error:
         missing_hint()
-        raise
-    except ZeroDivisionError:
-        missing_hint()
-        raise GraphError(f"{what}: division by zero with the hints given") from None
-    except GraphError:
-        missing_hint()
+        if isinstance(error, ZeroDivisionError):
+            raise GraphError(f"{what}: division by zero with the hints given") from None
         raise
 
 

@@ -49,7 +49,7 @@ def _scaled_hint(value: Any, factor: int) -> int | None:
     if not isinstance(value, torch.SymInt):
         return None
     node = value.node
-    hints = getattr(node.shape_env, "backed_var_to_val", None) or getattr(node.shape_env, "var_to_val", {})
+    hints = shape_env_hints(node.shape_env)
     symbols = node.expr.free_symbols
     if not symbols or any(s not in hints for s in symbols):
         return None
@@ -57,6 +57,11 @@ def _scaled_hint(value: Any, factor: int) -> int | None:
         return int(node.expr.xreplace({s: int(hints[s]) * factor for s in symbols}))
     except (TypeError, ValueError):
         return None
+
+
+def shape_env_hints(shape_env) -> dict:
+    """A shape environment's hint of each symbol (``backed_var_to_val`` where a release has it)."""
+    return getattr(shape_env, "backed_var_to_val", None) or getattr(shape_env, "var_to_val", {})
 
 
 def tensors_of(value: Any) -> list:

@@ -75,7 +75,7 @@ from ..budget.step_graph import StepGraph
 from ..budget.step_peak import Held, donated_values, free_values, programs_of, step_peak
 from .adapter import graph_being_compiled
 from .compiled_budget import RegionPlan, expect_region
-from .fx_values import sizes_scaled
+from .fx_values import shape_env_hints, sizes_scaled
 from .joint_adapter import (draws_nothing, inputs_not_channels_last, parameter_gradient_bytes, recompute_policy,
                             saved_names, step_graph_from_joint)
 from .releases import hook_base
@@ -162,11 +162,10 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
         budget = self.options.memory_budget
         budget_bytes = budget_bytes_of(budget, stock_peak)
         lap("stock's estimate")
-        at_larger = False
         if budget_bytes >= stock_candidate.peak.peak:  # stock is the choice whatever the others reach
             front = Frontier(stock_candidate, ())
         else:
-            def build() -> tuple[Frontier, bool]:
+            def build() -> Frontier:
                 stock_here = stock_candidate
                 scaled = _at_larger_sizes(gm, num_fwd_outputs, kwargs, name, inputs_are_activations, self.options,
                                           graph)
@@ -178,11 +177,11 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
                 lap("inductor budgets")
                 built = frontier(graph, stock_here, held=held, offered=offered, scaled=scaled)
                 lap("frontier")
-                return built, scaled is not None
+                return built
 
             # the same region compiled again (each layer of a model compiled on its own) has the same frontier
             key = ("frontier", region_key(gm, kwargs), held, stock_candidate.partition.saved)
-            (front, at_larger), reused = session.reused(key, build) if session is not None else (build(), False)
+            front, reused = session.reused(key, build) if session is not None else (build(), False)
             if reused:
                 lap(REUSED_FRONTIER)
         choice = front.choose(budget_bytes)
@@ -216,7 +215,8 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
             recomputed_flops=chosen.cost,
             stock_recomputed_flops=stock_partition.cost,
             frontier=tuple((p.cost, p.peak.peak) for p in front.points),
-            frontier_levels=tuple(front.level(p) for p in front.points) if at_larger else (),
+            frontier_levels=(tuple(front.level(p) for p in front.points) if front.stock.scaled_peak is not None
+                             else ()),  # judged at larger sizes too
             held_before=held_before,
             digest=digest,
             seconds=time.perf_counter() - t0,
@@ -294,16 +294,10 @@ def region_key(gm, kwargs: dict) -> tuple:
                    node.meta.get("recompute"), node.meta.get("ac_graph_id"), node.meta.get("partitioner_tag"),
                    _frozen(node.meta.get("val"), symbols))
                   for node in gm.graph.nodes)
-    sizes = tuple(sorted((str(symbol), _hints(env).get(symbol), str(env.var_to_range.get(symbol)))
+    sizes = tuple(sorted((str(symbol), shape_env_hints(env).get(symbol), str(env.var_to_range.get(symbol)))
                          for symbol, env in symbols.items()))
     return (functorch_config.get_hash(), kwargs.get("num_fwd_outputs"),
             _frozen(kwargs.get("static_lifetime_input_indices"), symbols), sizes, nodes)
-
-
-def _hints(shape_env) -> dict:
-    """A shape environment's hints by symbol (``backed_var_to_val`` where a release has it)."""
-    hints = getattr(shape_env, "backed_var_to_val", None)
-    return hints if hints is not None else shape_env.var_to_val
 
 
 def _frozen(value, symbols: dict):
