@@ -43,3 +43,45 @@ def test_refining_passes_hold_the_exact_search_to_fewer_sets():
     assert full.optimal and full.peak == 2_586_784
     assert not refining.optimal and refining.peak == 2_586_824
     assert refining.notes["exact"] == "gave up after 10001 states (max_states=10000)"
+
+
+def test_the_hooks_passes_over_a_graph_searched_in_another_form_hold_the_exact_search_to_1000_sets(monkeypatch):
+    """The re-run with a backward's tangents freed and the fusion guard's rank of the unfused graph keep only an
+    order, never a proof, and the reorder pass searches the same graph in another form with more sets: on
+    Inception's second training graph (more than 10,000 sets to prove) each stops at 1,000, while the pass itself,
+    on a budgeted region's graph, spends its 10,000."""
+    import reorder.inductor.fusion_guard as fusion_guard
+    from reorder.inductor.reorder_pass import choose_order
+    from reorder.schedulers import QUICK_METHODS, exact
+
+    notes = []
+    run = exact.Exact.run
+
+    def noted(self, graph, start):
+        outcome = run(self, graph, start)
+        notes.append(outcome.note)
+        return outcome
+
+    monkeypatch.setattr(exact.Exact, "run", noted)
+    graph = load_graph(CACHE / "inception_train_1.json")
+    result = reorder_for_peak_memory(graph, QUICK_METHODS)
+    choice = choose_order(graph, load_graph(CACHE / "inception_train_1.json"), result)
+    assert notes == ["gave up after 10001 states (max_states=10000)", "gave up after 1001 states (max_states=1000)"]
+    assert choice.peak <= result.peak  # the first pass's orders stay candidates
+
+    class Node:
+        def __init__(self, name):
+            self.name = name
+
+        def get_operation_names(self):
+            return {self.name}
+
+    class Scheduler:
+        nodes = [Node(name) for name in graph.node_names]
+
+    monkeypatch.setattr(fusion_guard, "graph_from_scheduler", lambda nodes, name, scheduler: (graph, None))
+    scheduler = Scheduler()
+    view = fusion_guard._SchedulerView(scheduler)
+    assert view.convert() == graph.num_nodes + graph.num_edges
+    assert notes[2:] == ["gave up after 1001 states (max_states=1000)"]
+    assert sorted(view.rank) == list(range(graph.num_nodes))

@@ -16,7 +16,7 @@ converts its (pre-fusion) node list once (:mod:`~reorder.inductor.adapter`)
 and finds its lowest-peak order with our methods
 (:func:`~reorder.schedulers.reorder_for_peak_memory`, as the reorder pass
 will after fusion, with the exact search held to fewer sets:
-:data:`~reorder.schedulers.QUICK_METHODS`). The current node list is that graph's nodes grouped as
+:data:`~reorder.schedulers.RECHECK_METHODS`). The current node list is that graph's nodes grouped as
 ``scheduler.name_to_fused_node`` says, each fused node running where its
 last member runs in that order (:func:`reorder.fusion.ranked_order`); it is
 rebuilt (linear in the graph, plus a heap) when a node asked about is new or
@@ -76,7 +76,7 @@ import weakref
 from ..errors import ReorderError
 from ..fusion import (CONFIRM_METHODS, PeakProfile, fused_graph, fusion_peak, ranked_order, reordered_fusion_peak,
                       should_block)
-from ..schedulers import QUICK_METHODS, reorder_for_peak_memory
+from ..schedulers import RECHECK_METHODS, reorder_for_peak_memory
 from .adapter import graph_being_compiled, graph_from_scheduler
 from .session import GuardRecord, HookOptions, Session, SessionBound, source_hash
 
@@ -130,7 +130,7 @@ class _SchedulerView:
         self.base, _ = graph_from_scheduler(nodes, self.graph_name, scheduler=scheduler)
         self.base_of_op = {op: i for i, node in enumerate(nodes) for op in node.get_operation_names()}
         self.rank = [0] * self.base.num_nodes
-        for step, v in enumerate(reorder_for_peak_memory(self.base, QUICK_METHODS).order):
+        for step, v in enumerate(reorder_for_peak_memory(self.base, RECHECK_METHODS).order):
             self.rank[v] = step
         return self.base.num_nodes + self.base.num_edges
 

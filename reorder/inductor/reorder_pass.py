@@ -30,7 +30,7 @@ from typing import Sequence
 from ..budget.allocation_model import AllocationModel
 from ..budget.allocation_search import lower_allocated_peak
 from ..graph import Graph
-from ..schedulers import QUICK_METHODS, ReorderResult, reorder_for_peak_memory
+from ..schedulers import QUICK_METHODS, RECHECK_METHODS, ReorderResult, reorder_for_peak_memory
 from ..schedulers.across_sizes import inductor_reference, peaks_at_points
 from ..timeline import estimate_peak_memory
 from .adapter import freed_tangents, fx_graph_cache_hits, graph_being_compiled, graph_from_scheduler
@@ -225,7 +225,8 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, options
     that reads it last holds it longest. Our methods run again on
     ``real_graph`` (when it differs), from every order found so far (with
     ``options.methods`` and ``options.max_seconds``, as ``result``; by
-    default :data:`~reorder.schedulers.QUICK_METHODS`). Among
+    default :data:`~reorder.schedulers.RECHECK_METHODS`: only the orders
+    count here, and ``result`` searched the same nodes and edges). Among
     the orders whose estimate in Inductor's model is no higher than stock's
     choice (the first lowest of the incoming order and Inductor's three
     methods), never worse than stock in either model, the order kept is the
@@ -259,7 +260,7 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, options
     """
     orders = {}
     if real_graph is not graph:
-        methods = QUICK_METHODS if options.methods is None else options.methods
+        methods = RECHECK_METHODS if options.methods is None else options.methods
         real_result = reorder_for_peak_memory(real_graph, methods, candidates=result.orders,
                                               max_seconds=options.max_seconds)
         orders = {f"tangents_freed_{m}": o for m, o in real_result.orders.items()}
