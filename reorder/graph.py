@@ -40,7 +40,7 @@ from functools import cached_property
 from typing import Iterable, Mapping, Sequence
 
 from .errors import CycleError, GraphError, OrderError
-from .sizes import (Expr, Point, Size, SymbolRange, check_size_hints, check_size_ranges, evaluate_bytes,
+from .sizes import (MAX_BYTES, Expr, Point, Size, SymbolRange, check_size_hints, check_size_ranges, evaluate_bytes,
                     evaluation_points, format_size, size_expression, size_symbols)
 
 __all__ = ["BufferSpec", "InputSpec", "NodeSpec", "Graph", "Kahn", "SizeExprs", "build_graph", "implied_costs"]
@@ -438,7 +438,9 @@ def _index_nodes(nodes: Sequence[NodeSpec]) -> dict[str, int]:
     for i, node in enumerate(nodes):
         if not isinstance(node, NodeSpec):
             raise GraphError(f"node #{i} must be a NodeSpec, got {type(node).__name__}")
-        name = _name(node.name, f"node #{i} field 'name'")
+        name = node.name
+        if type(name) is not str or not name:  # the message is written only for an error
+            _name(name, f"node #{i} field 'name'")
         if name in index:
             raise GraphError(f"duplicate node name {name!r} (nodes #{index[name]} and #{i})")
         index[name] = i
@@ -466,8 +468,10 @@ def _collect_buffers(
             producer.append(i)
     index: dict[str, int] = {}
     for b, spec in enumerate(specs):
-        where = f"input #{b}" if producer[b] is None else f"node {node_names[producer[b]]!r} output"
-        name = _name(spec.name, f"{where} field 'name'")
+        name = spec.name
+        if type(name) is not str or not name:
+            where = f"input #{b}" if producer[b] is None else f"node {node_names[producer[b]]!r} output"
+            _name(name, f"{where} field 'name'")
         if name in index:
             first = index[name]
             if producer[first] is not None and producer[b] is not None:
@@ -556,8 +560,7 @@ def _sizes(specs, nodes, producer, alias_of, parent, hints):
     size_free, freeable, workspace, unique_workspace)``."""
     size_tree, alloc_tree, free_tree, symbolic, freeable = [], [], [], [], []
     for b, spec in enumerate(specs):
-        what = f"buffer {spec.name!r} field"
-        tree = size_expression(spec.size, f"{what} 'size'")
+        tree = _size_tree(spec.size, "buffer", spec.name, "size")
         size_tree.append(tree)
         symbolic.append(None if type(tree) is int else (spec.size.strip() if isinstance(spec.size, str)
                                                          else str(spec.size)))
@@ -569,10 +572,11 @@ def _sizes(specs, nodes, producer, alias_of, parent, hints):
             free_tree.append(None)
             continue
         freeable.append(False)
-        alloc_tree.append(None if spec.size_alloc is None else size_expression(spec.size_alloc, f"{what} 'size_alloc'"))
-        free_tree.append(None if spec.size_free is None else size_expression(spec.size_free, f"{what} 'size_free'"))
-    workspace = [size_expression(nd.workspace, f"node {nd.name!r} field 'workspace'") for nd in nodes]
-    unique = [size_expression(nd.unique_workspace, f"node {nd.name!r} field 'unique_workspace'") for nd in nodes]
+        alloc_tree.append(None if spec.size_alloc is None else _size_tree(spec.size_alloc, "buffer", spec.name,
+                                                                          "size_alloc"))
+        free_tree.append(None if spec.size_free is None else _size_tree(spec.size_free, "buffer", spec.name, "size_free"))
+    workspace = [_size_tree(nd.workspace, "node", nd.name, "workspace") for nd in nodes]
+    unique = [_size_tree(nd.unique_workspace, "node", nd.name, "unique_workspace") for nd in nodes]
     exprs = SizeExprs(tuple(size_tree), tuple(alloc_tree), tuple(free_tree), tuple(workspace), tuple(unique))
     if not exprs.symbols:
         exprs = None
@@ -583,6 +587,15 @@ def _sizes(specs, nodes, producer, alias_of, parent, hints):
     graph_at_hints = _at_point(exprs, hints, [spec.name for spec in specs], [nd.name for nd in nodes],
                                [p is None for p in producer], freeable, alias_of, parent)
     return (exprs, graph_at_hints[0], symbolic, *graph_at_hints[1:3], freeable, *graph_at_hints[3:])
+
+
+def _size_tree(value, kind: str, name: str, field_name: str) -> Expr:
+    """:func:`~reorder.sizes.size_expression` of one field of a buffer's or node's spec; a constant within range is
+    itself, and the message naming the field is written only when there is an error to raise (a graph of
+    thousands of buffers is built many times in one compile)."""
+    if type(value) is int and 0 <= value <= MAX_BYTES:
+        return value
+    return size_expression(value, f"{kind} {name!r} field {field_name!r}")
 
 
 def _at_point(e: SizeExprs, point: Mapping[str, int], names, node_names, is_input, freeable, alias_of, parent):
@@ -603,20 +616,27 @@ def _at_point(e: SizeExprs, point: Mapping[str, int], names, node_names, is_inpu
 def _node_reads(nodes, node_index, buffer_index, names, producer, root, is_input):
     """Declared reads, reads forwarded to alias roots (Inductor's pred_buffers order), ordering-only preds."""
     declared, reads, after = [], [], []
+    # Inductor lists a node's pred_buffers by producer, graph inputs last: the key of that order
+    pred_order = [b + len(names) if is_input[b] else b for b in range(len(names))].__getitem__
     for i, node in enumerate(nodes):
-        what = f"node {node.name!r} field"
-        d = _unique_in_order(
-            _lookup(buffer_index, r, f"{what} 'reads'") for r in _names(node.reads, f"{what} 'reads'")
-        )
+        try:  # names of buffers, every one known (the checks below write their messages only for an error)
+            if type(node.reads) not in (list, tuple):
+                raise TypeError
+            d = tuple(dict.fromkeys([buffer_index[r] for r in node.reads]))
+        except (KeyError, TypeError):
+            what = f"node {node.name!r} field 'reads'"
+            d = _unique_in_order(_lookup(buffer_index, r, what) for r in _names(node.reads, what))
         for b in d:
             if producer[b] == i:
                 raise GraphError(f"node {node.name!r} reads its own output {names[b]!r}")
         declared.append(d)
-        # Inductor lists a node's pred_buffers by producer, graph inputs last.
-        forwarded = tuple(sorted(set(d) | {root[b] for b in d}, key=lambda b: (is_input[b], b)))
+        forwarded = tuple(sorted(set(d) | {root[b] for b in d}, key=pred_order))
         reads.append(d if forwarded == d else forwarded)  # one tuple for both where they agree
+        if type(node.after) in (list, tuple) and not node.after:
+            after.append(())
+            continue
         a = []
-        for other in _names(node.after, f"{what} 'after'"):
+        for other in _names(node.after, f"node {node.name!r} field 'after'"):
             if other not in node_index:
                 raise GraphError(f"node {node.name!r} must run after unknown node {other!r}")
             if node_index[other] == i:

@@ -148,3 +148,33 @@ def test_a_long_rename_chain_builds_and_forwards_every_reader_to_its_root():
     assert all(graph.root[graph.buffer_index[f"b{k}"]] == root for k in range(10_000))
     assert len(graph.readers[root]) == 10_000  # every renaming node and the last reader keep b0 alive
     assert estimate_peak_memory(graph).peak == 2 * 4096  # x then out beside b0: renames cost nothing
+
+
+@pytest.mark.parametrize("nodes, inputs, message", [
+    ([NodeSpec("a", [BufferSpec("x", 4)], reads="in")], [InputSpec("in", 4)],
+     "node 'a' field 'reads' must be a list of names, got 'in'"),
+    ([NodeSpec("a", [BufferSpec("x", 4)], reads=["in", ["in"]])], [InputSpec("in", 4)],
+     "node 'a' field 'reads' entry #1 must be a non-empty string, got ['in']"),
+    ([NodeSpec("a", [BufferSpec("x", 4)], reads=["in", "nope"])], [InputSpec("in", 4)],
+     "node 'a' field 'reads' names unknown buffer 'nope'"),
+    ([NodeSpec("a", [BufferSpec("x", 4)], after=[""])], [], "node 'a' field 'after' entry #0 must be a non-empty "
+                                                             "string, got ''"),
+    ([NodeSpec("a", [BufferSpec("x", 4)], workspace=-1)], [], "node 'a' field 'workspace': size -1 is negative"),
+    ([NodeSpec("a", [BufferSpec("x", 4)], unique_workspace=True)], [],
+     "node 'a' field 'unique_workspace': a size must be an integer number of bytes or an expression, got True"),
+    ([NodeSpec("a", [BufferSpec("x", True)])], [],
+     "buffer 'x' field 'size': a size must be an integer number of bytes or an expression, got True"),
+    ([NodeSpec("a", [BufferSpec("x", 2**61)])], [], "buffer 'x' field 'size': size 2305843009213693952 is larger "
+                                                    "than 2**60 bytes"),
+    ([NodeSpec("a", [BufferSpec("x", 4, size_free=1.5)])], [],
+     "buffer 'x' field 'size_free': a size must be an integer number of bytes or an expression, got 1.5"),
+    ([NodeSpec(7, [BufferSpec("x", 4)])], [], "node #0 field 'name' must be a non-empty string, got 7"),
+    ([NodeSpec("a", [BufferSpec("", 4)])], [], "node 'a' output field 'name' must be a non-empty string, got ''"),
+    ([], [InputSpec(None, 4)], "input #0 field 'name' must be a non-empty string, got None"),
+])
+def test_the_builder_names_the_field_of_every_malformed_spec(nodes, inputs, message):
+    """The builder writes these messages only when a check fails (a compile builds graphs of thousands of buffers
+    many times), so each is pinned here: the node or buffer, the field and the value."""
+    with pytest.raises(GraphError) as raised:
+        build_graph(nodes, inputs)
+    assert str(raised.value) == message

