@@ -574,7 +574,8 @@ def _sizes(specs, nodes, producer, alias_of, parent, hints):
         freeable.append(False)
         alloc_tree.append(None if spec.size_alloc is None else _size_tree(spec.size_alloc, "buffer", spec.name,
                                                                           "size_alloc"))
-        free_tree.append(None if spec.size_free is None else _size_tree(spec.size_free, "buffer", spec.name, "size_free"))
+        free_tree.append(None if spec.size_free is None else _size_tree(spec.size_free, "buffer", spec.name,
+                                                                        "size_free"))
     workspace = [_size_tree(nd.workspace, "node", nd.name, "workspace") for nd in nodes]
     unique = [_size_tree(nd.unique_workspace, "node", nd.name, "unique_workspace") for nd in nodes]
     exprs = SizeExprs(tuple(size_tree), tuple(alloc_tree), tuple(free_tree), tuple(workspace), tuple(unique))

@@ -50,6 +50,8 @@ def test_the_hooks_passes_over_a_graph_searched_in_another_form_hold_the_exact_s
     order, never a proof, and the reorder pass searches the same graph in another form with more sets: on
     Inception's second training graph (more than 10,000 sets to prove) each stops at 1,000, while the pass itself,
     on a budgeted region's graph, spends its 10,000."""
+    from test_fusion_guard import FakeNode
+
     import reorder.inductor.fusion_guard as fusion_guard
     from reorder.inductor.reorder_pass import choose_order
     from reorder.schedulers import QUICK_METHODS, exact
@@ -69,15 +71,8 @@ def test_the_hooks_passes_over_a_graph_searched_in_another_form_hold_the_exact_s
     assert notes == ["gave up after 10001 states (max_states=10000)", "gave up after 1001 states (max_states=1000)"]
     assert choice.peak <= result.peak  # the first pass's orders stay candidates
 
-    class Node:
-        def __init__(self, name):
-            self.name = name
-
-        def get_operation_names(self):
-            return {self.name}
-
     class Scheduler:
-        nodes = [Node(name) for name in graph.node_names]
+        nodes = [FakeNode([name]) for name in graph.node_names]
 
     monkeypatch.setattr(fusion_guard, "graph_from_scheduler", lambda nodes, name, scheduler: (graph, None))
     scheduler = Scheduler()

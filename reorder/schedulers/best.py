@@ -23,8 +23,8 @@ from ..timeline import estimate_peak_memory, lower_bound
 from .across_sizes import choose_across_sizes, inductor_reference
 from .base import METHODS, Method, MethodOutcome
 
-__all__ = ["DEFAULT_METHODS", "QUICK_METHODS", "RECHECK_METHODS", "ReorderResult", "reorder_for_peak_memory", "make_method",
-           "split_methods"]
+__all__ = ["DEFAULT_METHODS", "QUICK_METHODS", "RECHECK_METHODS", "ReorderResult", "reorder_for_peak_memory",
+           "make_method", "split_methods"]
 
 log = logging.getLogger("reorder")
 
@@ -34,11 +34,17 @@ log = logging.getLogger("reorder")
 #: memory budget, where it gives up.
 DEFAULT_METHODS: tuple[str, ...] = ("lpmf", "bfs", "dfs", "refine", "exact")
 
+
+def _exact_held_to(max_states: int) -> tuple[str, ...]:
+    """The defaults with the exact search held to ``max_states`` sets."""
+    return tuple(f"exact:max_states={max_states}" if m == "exact" else m for m in DEFAULT_METHODS)
+
+
 #: The defaults with the exact search held to 10,000 sets, for the graphs of a region compiled under a memory
 #: budget. On the recomputing backwards of a budget (about 190 nodes), the search gives up at 50,000 sets with
 #: nothing lower than it had at 10,000, and each pass of those 40,000 sets took 1.5 s of the compile; every
 #: graph of a budget it finishes on, it finishes within 10,000 (the most: 5,855).
-QUICK_METHODS: tuple[str, ...] = tuple("exact:max_states=10000" if m == "exact" else m for m in DEFAULT_METHODS)
+QUICK_METHODS: tuple[str, ...] = _exact_held_to(10_000)
 
 #: The defaults with the exact search held to 1,000 sets, for the hook's passes over a graph that the reorder
 #: pass searches in another form with more: the re-run with a backward's tangents freed (the same nodes and
@@ -47,7 +53,7 @@ QUICK_METHODS: tuple[str, ...] = tuple("exact:max_states=10000" if m == "exact" 
 #: train" rows at 0.4 (:mod:`benchmarks.real.wild`), every such search that saw more than 1,000 sets gave up at
 #: 10,000 with nothing lower than its start (0.4 s each, two per whole-model compile), and the ones that found
 #: a lower order (the per-layer backwards' rank, 122 sets) finish well within 1,000.
-RECHECK_METHODS: tuple[str, ...] = tuple("exact:max_states=1000" if m == "exact" else m for m in DEFAULT_METHODS)
+RECHECK_METHODS: tuple[str, ...] = _exact_held_to(1_000)
 
 
 @dataclass(frozen=True)
