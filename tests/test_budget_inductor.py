@@ -434,6 +434,60 @@ def test_inductors_choices_at_every_budget_are_its_partitioners_run_in_full():
     assert len({fast for _, fast, _ in found}) > 1  # the budgets do choose differently
 
 
+def test_inductors_choices_at_every_budget_come_from_one_run_of_its_partitioner(monkeypatch):
+    """What Inductor's partitioner does before it chooses (``classify_nodes`` and the rest) depends on the joint
+    graph alone: one run asks its choice at every budget, with the answers of one run per budget. Ranks that
+    synchronise their choices, and a node carrying a budget of its own (which overrides the configured one in every
+    run, so all nine answers are alike), get one run per budget."""
+    import collections
+
+    import torch._functorch.partitioners as partitioners
+
+    from torch._functorch import config as functorch_config
+
+    from reorder.inductor import partitioner
+    from reorder.inductor.partitioner import INDUCTOR_BUDGETS
+
+    classified = collections.Counter()
+    original = partitioners.classify_nodes
+
+    def counting(*args, **kwargs):
+        classified["runs"] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(partitioners, "classify_nodes", counting)
+    found = {}
+
+    def choices(gm, joint_inputs, kwargs):
+        classified.clear()
+        return partitioner._inductor_choices(gm, joint_inputs, kwargs, INDUCTOR_BUDGETS), classified["runs"]
+
+    def capture(gm, joint_inputs, **kwargs):
+        found["together"] = choices(gm, joint_inputs, kwargs)
+        with monkeypatch.context() as patched:
+            patched.setattr(partitioner, "_chosen_at_every_budget", lambda *args: {})
+            found["one by one"] = choices(gm, joint_inputs, kwargs)
+        # the ranks agree on their choices (their synchronisation is each rank's own choice here)
+        with monkeypatch.context() as patched, functorch_config.patch(_sync_decision_cross_ranks=True):
+            patched.setattr(partitioners, "_sync_decision_cross_ranks", lambda graph, saved: saved)
+            found["synchronised"] = choices(gm, joint_inputs, kwargs)
+        next(n for n in gm.graph.nodes if n.op == "call_function").meta["memory_budget"] = 0.5
+        try:
+            found["annotated"] = choices(gm, joint_inputs, kwargs)
+        finally:  # each run's common-subexpression pass copied it into the graph it made
+            for node in gm.graph.nodes:
+                node.meta.pop("memory_budget", None)
+        return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+
+    model, x = mlp(dropout=0.1), torch.randn(256, 64)
+    run(step_of(model, capture), model, x)
+    (together, runs), (one_by_one, runs_one_by_one), (synchronised, runs_synchronised), (annotated, runs_annotated) = \
+        found.values()
+    assert together == one_by_one == synchronised and len({tuple(v) for v in together.values()}) > 1
+    assert runs == 1 and runs_one_by_one == runs_synchronised == runs_annotated == len(INDUCTOR_BUDGETS)
+    assert len({tuple(v) for v in annotated.values()}) == 1 and annotated[0.9] == together[0.5]
+
+
 def test_inductors_choices_count_each_nodes_runtime_once(monkeypatch):
     """The knapsack of every budget weighs the same nodes: their runtimes (flops counted on fake tensors) are
     counted once for all the budgets, and the choices are those of counting them every time."""

@@ -435,16 +435,21 @@ def _inductor_choices(gm, joint_inputs, kwargs: dict, budgets) -> dict[float, li
 
     * it is stopped where it would build the forward and backward graphs from its choice
       (``_extract_fwd_bwd_modules``, half its time), which a candidate does not need;
+    * it runs once for all the budgets (:func:`_chosen_at_every_budget`): everything it does before choosing
+      (dead code, common subexpressions, tags, ``classify_nodes``, distances to the backward) depends on the
+      joint graph alone, so its ``choose_saved_values_set`` is asked at every budget with the same graph and
+      node classes, and what it would hand to the extraction is taken from each answer as the partitioner
+      takes it. It runs once per budget where that is not trusted (see there);
     * its minimum cuts (``solve_min_cut``) are remembered across the budgets: below 1.0 every budget first cuts
       with the same three sets of options, and only the knapsack's last cut depends on the budget;
-    * its common-subexpression pass (``fx_graph_cse``, a third of what is left) runs once: each run makes the
+    * where it runs once per budget, its common-subexpression pass (``fx_graph_cse``) runs once: each run makes the
       pass's result the joint module's graph, so the next run is handed that graph, which has no common
       subexpression left (a graph the pass did not make is passed through it as before);
     * the knapsack's runtime of each node (``estimate_runtime``: its flops, counted by running it on fake
       tensors) is counted once, not once per budget: every budget weighs the same nodes of the same graph.
       Only the ``"flops"`` and ``"testing"`` estimators are remembered; one that profiles, or a user's own, is
       asked every time, as Inductor asks it;
-    * the cuts left to make are made by our Dinic (:func:`_minimum_cut_by_dinic`), six times faster than
+    * the cuts left to make are made by our Dinic (:func:`_cut_by_dinic`), six times faster than
       networkx's preflow-push on a decoder's joint graph, with the same answer.
 
     Only this thread's calls are changed; a compile in another thread meanwhile runs the partitioner as is."""
@@ -496,13 +501,14 @@ def _inductor_choices(gm, joint_inputs, kwargs: dict, budgets) -> dict[float, li
             return runtimes[node.name]
         return estimated
 
-    import networkx
-
     runtimes: dict[str, float] = {}
     with (_in_this_thread({"_extract_fwd_bwd_modules": stop, "solve_min_cut": remembered, "fx_graph_cse": once,
                            "estimate_runtime": counted_once}),
-          _in_this_thread({"minimum_cut": _minimum_cut_by_dinic}, networkx)):
+          _cut_by_dinic()):
+        found.update(_chosen_at_every_budget(gm, joint_inputs, kwargs, budgets))
         for budget in budgets:
+            if budget in found:
+                continue
             try:
                 forward = _inductor_partition(gm, joint_inputs, kwargs, budget)[0]
             except _Chosen as chosen:
@@ -510,6 +516,76 @@ def _inductor_choices(gm, joint_inputs, kwargs: dict, budgets) -> dict[float, li
             else:  # a torch whose partitioner builds its graphs otherwise
                 found[budget] = saved_names(forward, kwargs["num_fwd_outputs"], gm)
     return found
+
+
+def _chosen_at_every_budget(gm, joint_inputs, kwargs: dict, budgets) -> dict[float, list[str]]:
+    """Per budget, what one run of Inductor's partitioner chooses to save, its ``choose_saved_values_set`` asked
+    at every budget in turn with the run's joint graph and node classes; empty where the answers cannot be
+    trusted to be those of one run per budget:
+
+    * the ranks synchronise their choices (``_sync_decision_cross_ranks``: every rank must ask alike);
+    * the partitioner lacks one of the filters it hands its choice over by (saved values, size symbols kept;
+      opaque objects and assert-only booleans left out), or never reaches its choice (a graph with no
+      backward), or asks for it otherwise than by keyword or more than once, or the hand-over it raises with
+      (:class:`_Chosen`, made by ``stop`` of :func:`_inductor_choices`, inside whose patches this runs) is not
+      what those filters make of its answer at the first budget;
+    * a node carries a budget of its own (``memory_budget`` in its meta, a region's
+      ``region_activation_memory_budget``), which overrides the configured one in every run."""
+    import torch._functorch.partitioners as partitioners
+    from torch._functorch import config as functorch_config
+
+    budgets = tuple(budgets)
+    filters = [getattr(partitioners, name, None)
+               for name in ("is_sym_node", "is_opaque_node", "_is_assert_only_symbool")]
+    if (getattr(functorch_config, "_sync_decision_cross_ranks", False) or None in filters or not budgets
+            or _budget_annotated(gm)):
+        return {}
+    is_sym, is_opaque, assert_only = filters
+    answers: dict[float, list] = {}
+    asked = []  # one choice a run, or the answers are not trusted
+
+    def handed_over(values) -> list[str]:  # as min_cut_rematerialization_partition filters its choice
+        return ([n.name for n in values if not is_sym(n) and not is_opaque(n)]
+                + [n.name for n in values if is_sym(n) and not assert_only(n)])
+
+    def every_budget(choose):
+        def chosen(joint_graph, node_info, *args, **options):
+            asked.append(options.get("memory_budget"))
+            if args or options.get("memory_budget") != functorch_config.activation_memory_budget:
+                return choose(joint_graph, node_info, *args, **options)  # asked otherwise, or overridden: untrusted
+            del options["memory_budget"]
+            for budget in budgets:
+                answers[budget] = choose(joint_graph, node_info, memory_budget=budget, **options)
+            return answers[budgets[0]]
+        return chosen
+
+    with _in_this_thread({"choose_saved_values_set": every_budget}):
+        try:
+            _inductor_partition(gm, joint_inputs, kwargs, budgets[0])
+        except _Chosen as stopped:
+            if len(asked) == 1 and answers and handed_over(answers[budgets[0]]) == stopped.names:
+                return {budget: handed_over(values) for budget, values in answers.items()}
+    return {}
+
+
+def _budget_annotated(gm) -> bool:
+    """Whether a node of ``gm`` or of a graph module inside it carries a memory budget of its own, which Inductor's
+    partitioner takes instead of ``activation_memory_budget``."""
+    import torch.fx
+    import torch.fx.traceback
+
+    annotation = getattr(torch.fx.traceback, "_get_memory_budget_annotation", lambda node: None)
+    return any(isinstance(node.meta.get("memory_budget"), float) or annotation(node) is not None
+               for module in gm.modules() if isinstance(module, torch.fx.GraphModule) for node in module.graph.nodes)
+
+
+def _cut_by_dinic():
+    """While the block runs, networkx's ``minimum_cut`` is our Dinic for this thread's calls
+    (:func:`_minimum_cut_by_dinic`, networkx's answer). Torch 2.13 and 2.14 cut Inductor's networks with
+    networkx; 2.15's ``solve_min_cut`` calls a Dinic of its own, which the block leaves as it is."""
+    import networkx
+
+    return _in_this_thread({"minimum_cut": _minimum_cut_by_dinic}, networkx)
 
 
 def _minimum_cut_by_dinic(minimum_cut: Callable) -> Callable:
@@ -565,7 +641,8 @@ def _minimum_cut_by_dinic(minimum_cut: Callable) -> Callable:
 def _min_cut_with_policies(gm, joint_inputs, kwargs: dict, graph, partition) -> tuple:
     """Inductor's min-cut partition of ``gm`` with our choice as checkpoint policies; the policies are taken off
     again afterwards. A node whose ``torch.utils.checkpoint`` policy is ``MUST_*`` keeps it (the user's rule); a
-    ``PREFER_*`` one is a preference the budget weighs, and gets our choice until the partition is made."""
+    ``PREFER_*`` one is a preference the budget weighs, and gets our choice until the partition is made. Its
+    minimum cut is made by our Dinic where networkx would make it (:func:`_cut_by_dinic`)."""
     from torch.utils.checkpoint import CheckpointPolicy
 
     recomputed = {graph.node_names[v] for v in partition.recomputed}
@@ -587,7 +664,7 @@ def _min_cut_with_policies(gm, joint_inputs, kwargs: dict, graph, partition) -> 
     drawless = frozenset(node.name for node in gm.graph.nodes
                          if node.name in marked and node.name in recomputed and draws_nothing(node))
     try:
-        with _replayed_without_state(drawless):
+        with _replayed_without_state(drawless), _cut_by_dinic():
             return _inductor_partition(gm, joint_inputs, kwargs, 1.0)
     finally:
         for node in gm.graph.nodes:
