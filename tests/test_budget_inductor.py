@@ -442,7 +442,6 @@ def test_inductors_choices_at_every_budget_come_from_one_run_of_its_partitioner(
     import collections
 
     import torch._functorch.partitioners as partitioners
-
     from torch._functorch import config as functorch_config
 
     from reorder.inductor import partitioner
