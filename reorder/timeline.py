@@ -31,7 +31,9 @@ __all__ = [
     "Timeline",
     "AllocFreeTimeline",
     "lifetimes",
+    "lifetimes_rebuilt",
     "estimate_peak_memory",
+    "timeline_of",
     "estimate_peak_memory_allocfree",
     "lower_bound",
     "resident_bytes",
@@ -97,6 +99,30 @@ def lifetimes(graph: Graph, order: Sequence[int] | None = None, check: bool = Tr
     return Lifetimes(order, tuple(step), tuple(start), end)
 
 
+def lifetimes_rebuilt(graph: Graph, life: Lifetimes, shared: Sequence[int | None]) -> Lifetimes:
+    """``graph``'s lifetimes under ``life``'s order, where ``life`` is of another graph with ``graph``'s nodes:
+    ``shared[b]`` is the buffer of that graph whose lifetime buffer ``b`` has (the same producer, readers and
+    output flag), None where ``b``'s is worked out again (as :func:`lifetimes` does, from its readers). One order
+    judged on two such graphs (the allocation model's, and Inductor's estimate it decides its reuses by) places
+    its steps once."""
+    step, start, end = life.step, [0] * graph.num_buffers, [None] * graph.num_buffers
+    for b, other in enumerate(shared):
+        if other is not None:
+            start[b], end[b] = life.start[other], life.end[other]
+            continue
+        producer = graph.producer[b]
+        start[b] = 0 if producer is None else step[producer]
+        end[b] = None if graph.is_output[b] else max((step[r] for r in graph.readers[b]), default=start[b])
+    return Lifetimes(life.order, step, tuple(start), tuple(end))
+
+
+def timeline_of(graph: Graph, life: Lifetimes) -> Timeline:
+    """Inductor's estimate of ``graph`` (:func:`estimate_peak_memory`) from its lifetimes under an order."""
+    live = live_bytes(graph.num_nodes + 1, _changes(graph, life))
+    peak, peak_step = peak_of(live)
+    return Timeline(life.order, peak, peak_step, tuple(live), life)
+
+
 def estimate_peak_memory(graph: Graph, order: Sequence[int] | None = None, check: bool = True) -> Timeline:
     """Peak and per-step live bytes of ``order``, Inductor 2.13's ``estimate_peak_memory``.
 
@@ -104,10 +130,7 @@ def estimate_peak_memory(graph: Graph, order: Sequence[int] | None = None, check
     checked to be topological (unless ``check=False``, see :func:`lifetimes`).
     Raises :class:`~reorder.errors.OrderError` if not.
     """
-    life = lifetimes(graph, order, check)
-    live = live_bytes(graph.num_nodes + 1, _changes(graph, life))
-    peak, peak_step = peak_of(live)
-    return Timeline(life.order, peak, peak_step, tuple(live), life)
+    return timeline_of(graph, lifetimes(graph, order, check))
 
 
 def _changes(graph: Graph, life: Lifetimes) -> Iterable[tuple[int, int]]:

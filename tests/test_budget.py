@@ -1,6 +1,7 @@
 """The budget partitioner's decision on plain data: the minimum cut, partitions, the step's estimated peak, the
 wrapper's buffer reuse, segments and the frontier's choice (no torch compile here)."""
 
+import dataclasses
 import sys
 from fractions import Fraction
 from itertools import combinations
@@ -17,7 +18,8 @@ from reorder.budget.frontier import RESOLUTION
 from reorder.budget.step_peak import Held, step_total
 from reorder.budget.step_peak import StepPeak, autograd_order, judged_peak, programs_of
 from reorder.errors import GraphError, ReorderError
-from reorder.timeline import estimate_peak_memory
+from reorder.graph import BufferSpec, InputSpec, NodeSpec, build_graph
+from reorder.timeline import estimate_peak_memory, lifetimes, lifetimes_rebuilt
 
 # --- minimum cut ----------------------------------------------------------------------------------------------------
 
@@ -382,6 +384,65 @@ def test_without_reusable_buffers_the_replay_is_inductors_estimate_and_in_place_
     sizes = [graph.size_alloc[b] for b in range(graph.num_buffers) if reusable[b]]
     if len(set(sizes)) == len(sizes):  # no two reusable buffers of one size: only in-place updates, which lower it
         assert allocated_peak(graph, order, generated, reusable) <= estimate
+
+
+def _without_reads_of(spec, name: str, dropped: bool):
+    """The graph specs with no node reading input ``name`` (``dropped``: nor the input itself): Inductor's view
+    of a backward whose tangent the model frees after its last reader (its estimate sees a tangent unread, or
+    not at all)."""
+    nodes, inputs, outputs = spec
+    return ([dataclasses.replace(node, reads=[r for r in node.reads if r != name]) for node in nodes],
+            [i for i in inputs if not (dropped and i.name == name)],
+            [o for o in outputs if not (dropped and o == name)])
+
+
+@settings(max_examples=150)
+@given(graph_specs(max_nodes=9), st.lists(st.integers(0, 50), max_size=9), st.booleans(), st.data())
+def test_the_replay_places_an_order_once_for_the_model_and_the_estimate_that_decides_its_reuses(spec, priorities,
+                                                                                                dropped, data):
+    """Where the estimate the wrapper decides its reuses by (``decided_by``) has the model's nodes and differs in
+    a tangent (unread there, or absent), the replay places an order's steps once, takes each buffer's lifetime
+    from the model's buffer of its name and works out only the tangent's again: the lifetimes, bytes allocated per
+    step and peak are those of placing the order on each graph (the replay before it did), on random graphs,
+    orders, kernels and reusable buffers."""
+    graph = build(spec)
+    tangent = data.draw(st.sampled_from([i.name for i in spec[1]])) if spec[1] else None
+    estimated = build(_without_reads_of(spec, tangent, dropped)) if tangent else graph.with_free_inputs(())
+    order = random_order(graph, priorities)
+    generated = data.draw(st.lists(st.booleans(), min_size=graph.num_nodes, max_size=graph.num_nodes))
+    reusable = tuple(data.draw(st.booleans()) and graph.alias_of[b] is None and not graph.children[b]
+                     and graph.parent[b] is None for b in range(graph.num_buffers))
+    model = AllocationModel(graph, tuple(generated), reusable, decided_by=estimated, pooled_inputs=True)
+    placed_twice = AllocationModel(graph, tuple(generated), reusable, decided_by=estimated, pooled_inputs=True)
+    placed_twice.__dict__["_judged_from"] = None  # each graph places the order
+    shared = model._judged_from
+    assert shared is not None
+    assert {estimated.buffer_names[b] for b, other in enumerate(shared) if other is None} <= {tangent}
+    assert all(graph.buffer_names[other] == estimated.buffer_names[b]
+               for b, other in enumerate(shared) if other is not None)
+    assert lifetimes_rebuilt(estimated, lifetimes(graph, order), shared) == lifetimes(estimated, order)
+    assert model.live(order) == placed_twice.live(order)
+
+
+def test_the_estimate_that_decides_a_reuse_sees_its_own_lifetime_of_a_freed_tangent():
+    """The model frees the 400 B tangent after ``c``; Inductor's estimate has no such buffer (a tangent is not
+    freeable there). Holding ``a``'s 100 B from its death to ``d`` keeps that estimate at or under its peak
+    (100 + 550 <= 700), so the wrapper holds them and the code allocates 1,050 B at ``c``; judged with the
+    model's tangent (100 + 950 > 950) the hold would be refused and the replay would promise 950 B."""
+    def backward(tangent: bool):
+        t = ["tangents_1"] if tangent else []
+        return build_graph([NodeSpec("a", [BufferSpec("a", 100)]), NodeSpec("b", [BufferSpec("b", 50)], reads=["a"]),
+                            NodeSpec("c", [BufferSpec("c", 500)], reads=["b", *t]),
+                            NodeSpec("d", [BufferSpec("d", 100)], reads=["c"]),
+                            NodeSpec("e", [BufferSpec("e", 600)], reads=["d"]),
+                            NodeSpec("f", [BufferSpec("f", 16)], reads=["e"])],
+                           [InputSpec("tangents_1", 400)] if tangent else [], ["f"])
+    graph, estimated = backward(True), backward(False)
+    reusable = tuple(not graph.is_input[b] for b in range(graph.num_buffers))
+    model = AllocationModel(graph, (False,) * 6, reusable, decided_by=estimated)
+    assert model._judged_from == tuple(graph.buffer_index[name] for name in estimated.buffer_names)
+    assert model.live(range(6)) == ([500, 550, 1050, 600, 700, 616, 16], None)
+    assert AllocationModel(graph, (False,) * 6, reusable).peak(range(6)) == 950  # decided by the model's own
 
 
 def test_the_pool_hands_a_dead_buffer_to_the_next_of_its_size():

@@ -57,7 +57,7 @@ from typing import Collection, Iterable, Mapping, NamedTuple, Sequence
 
 from ..graph import Graph
 from ..sweep import live_bytes, peak_of
-from ..timeline import Lifetimes, Timeline, estimate_peak_memory
+from ..timeline import Lifetimes, Timeline, estimate_peak_memory, lifetimes, lifetimes_rebuilt, timeline_of
 
 __all__ = ["AllocationModel", "release_steps", "storage_handed_on"]
 
@@ -131,23 +131,26 @@ class AllocationModel:
     def live(self, order: Sequence[int], check: bool = True) -> tuple[list[int], list[int]]:
         """Per step of ``order`` (and one after the last): the bytes allocated, and the bytes held only while the
         step runs (its kernel's scratch)."""
-        estimate = estimate_peak_memory(self.graph, order, check)
-        n = self.graph.num_nodes
+        life = lifetimes(self.graph, order, check)
+        if self.decided_by is None:
+            judged = timeline_of(self.graph, life)
+        elif self._judged_from is None:
+            judged = estimate_peak_memory(self.decided_by, order, check)
+        else:
+            judged = timeline_of(self.decided_by, lifetimes_rebuilt(self.decided_by, life, self._judged_from))
         released = release_steps(order, self.grouped)
-        allocates, frees = self._handed_on(order, estimate, released, check)
-        live = live_bytes(n + 1, _changes(estimate.lifetimes, released, allocates, frees))
+        allocates, frees = self._handed_on(order, life, judged, released)
+        live = live_bytes(self.graph.num_nodes + 1, _changes(life, released, allocates, frees))
         during = [self.scratch[v] for v in order] + [0] if self.scratch is not None else None
         return live, during
 
-    def _handed_on(self, order: Sequence[int], estimate: Timeline, released: Sequence[int],
-                   check: bool = True) -> tuple[list[int], list[int]]:
+    def _handed_on(self, order: Sequence[int], life: Lifetimes, judged: Timeline,
+                   released: Sequence[int]) -> tuple[list[int], list[int]]:
         """Per buffer, the bytes it allocates and frees once in-place writes and the reuse pool have handed
-        storage from dead buffers to new ones (see the module docstring); ``estimate``: Inductor's of ``order``
-        on :attr:`graph`; ``check``: whether ``order`` is checked against ``decided_by`` too, as :meth:`live` was
-        asked."""
+        storage from dead buffers to new ones (see the module docstring); ``life``: the lifetimes of ``order`` on
+        :attr:`graph`; ``judged``: Inductor's estimate of it, on ``decided_by``."""
         graph, rules = self.graph, self._rules
-        end = estimate.lifetimes.end
-        judged = estimate if self.decided_by is None else estimate_peak_memory(self.decided_by, order, check)
+        end = life.end
         estimated = list(judged.live[:graph.num_nodes])  # Inductor's estimate per step, with the reuses' holds
         judged_peak = judged.peak
         allocates, frees = list(rules.allocates), list(rules.frees)
@@ -181,6 +184,28 @@ class AllocationModel:
                 if not handed[x]:
                     pool.setdefault(size_free[x], []).append(x)
         return allocates, frees
+
+    @cached_property
+    def _judged_from(self) -> tuple[int | None, ...] | None:
+        """Per buffer of ``decided_by``, the buffer of :attr:`graph` of its name whose lifetime it has under any
+        order (the same producer, readers and output flag), None where its own differs (a backward's tangent,
+        which Inductor's estimate sees unread or not at all); None where the two graphs' nodes or ordering
+        constraints differ. :meth:`live` then places an order's steps once for both graphs."""
+        graph, judging = self.graph, self.decided_by
+        if judging is None:
+            return None
+        if (judging.node_names, judging.preds) != (graph.node_names, graph.preds):
+            return None
+        index = graph.buffer_index
+
+        def shared(b: int) -> int | None:
+            other = index.get(judging.buffer_names[b])
+            if other is None or (graph.producer[other], graph.is_output[other], graph.readers[other]) != \
+                    (judging.producer[b], judging.is_output[b], judging.readers[b]):
+                return None
+            return other
+
+        return tuple(shared(b) for b in range(judging.num_buffers))
 
     @cached_property
     def _rules(self) -> _Rules:
