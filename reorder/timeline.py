@@ -104,7 +104,9 @@ def lifetimes_rebuilt(graph: Graph, life: Lifetimes, shared: Sequence[int | None
     ``shared[b]`` is the buffer of that graph whose lifetime buffer ``b`` has (the same producer, readers and
     output flag), None where ``b``'s is worked out again (as :func:`lifetimes` does, from its readers). One order
     judged on two such graphs (the allocation model's, and Inductor's estimate it decides its reuses by) places
-    its steps once."""
+    its steps once; the order is not checked again against ``graph``."""
+    if len(shared) != graph.num_buffers:
+        raise ValueError(f"{len(shared)} shared lifetimes for graph {graph.name!r} of {graph.num_buffers} buffers")
     step, start, end = life.step, [0] * graph.num_buffers, [None] * graph.num_buffers
     for b, other in enumerate(shared):
         if other is not None:

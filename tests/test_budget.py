@@ -386,41 +386,51 @@ def test_without_reusable_buffers_the_replay_is_inductors_estimate_and_in_place_
         assert allocated_peak(graph, order, generated, reusable) <= estimate
 
 
-def _without_reads_of(spec, name: str, dropped: bool):
-    """The graph specs with no node reading input ``name`` (``dropped``: nor the input itself): Inductor's view
-    of a backward whose tangent the model frees after its last reader (its estimate sees a tangent unread, or
-    not at all)."""
+def _as_estimated(spec, name: str, how: str):
+    """The graph specs as Inductor's estimate may see them beside the model's: input ``name`` read by no node
+    (``unread``: a tangent the model frees after its last reader), or gone (``absent``), or buffer ``name`` not
+    a graph output (``not an output``)."""
     nodes, inputs, outputs = spec
+    if how == "not an output":
+        return nodes, inputs, [o for o in outputs if o != name]
     return ([dataclasses.replace(node, reads=[r for r in node.reads if r != name]) for node in nodes],
-            [i for i in inputs if not (dropped and i.name == name)],
-            [o for o in outputs if not (dropped and o == name)])
+            [i for i in inputs if not (how == "absent" and i.name == name)],
+            [o for o in outputs if not (how == "absent" and o == name)])
 
 
 @settings(max_examples=150)
-@given(graph_specs(max_nodes=9), st.lists(st.integers(0, 50), max_size=9), st.booleans(), st.data())
+@given(graph_specs(max_nodes=9), st.lists(st.integers(0, 50), max_size=9),
+       st.sampled_from(["unread", "absent", "not an output"]), st.data())
 def test_the_replay_places_an_order_once_for_the_model_and_the_estimate_that_decides_its_reuses(spec, priorities,
-                                                                                                dropped, data):
+                                                                                                how, data):
     """Where the estimate the wrapper decides its reuses by (``decided_by``) has the model's nodes and differs in
-    a tangent (unread there, or absent), the replay places an order's steps once, takes each buffer's lifetime
-    from the model's buffer of its name and works out only the tangent's again: the lifetimes, bytes allocated per
-    step and peak are those of placing the order on each graph (the replay before it did), on random graphs,
-    orders, kernels and reusable buffers."""
+    one buffer (an input unread there or absent, an output that is not one there), the replay places an order's
+    steps once, takes each buffer's lifetime from the model's buffer of its name and works out only that one's
+    again: the lifetimes, bytes allocated per step and peak are those of placing the order on each graph (the
+    replay before it did), on random graphs, orders, kernels and reusable buffers. Worked out for every buffer,
+    the lifetimes are :func:`~reorder.timeline.lifetimes`'s."""
     graph = build(spec)
-    tangent = data.draw(st.sampled_from([i.name for i in spec[1]])) if spec[1] else None
-    estimated = build(_without_reads_of(spec, tangent, dropped)) if tangent else graph.with_free_inputs(())
+    names = [i.name for i in spec[1]] if how != "not an output" else spec[2]
+    changed = data.draw(st.sampled_from(names)) if names else None
+    estimated = build(_as_estimated(spec, changed, how)) if changed else graph.with_free_inputs(())
     order = random_order(graph, priorities)
+    life = lifetimes(graph, order)
+    assert lifetimes_rebuilt(graph, life, [None] * graph.num_buffers) == life
     generated = data.draw(st.lists(st.booleans(), min_size=graph.num_nodes, max_size=graph.num_nodes))
     reusable = tuple(data.draw(st.booleans()) and graph.alias_of[b] is None and not graph.children[b]
                      and graph.parent[b] is None for b in range(graph.num_buffers))
     model = AllocationModel(graph, tuple(generated), reusable, decided_by=estimated, pooled_inputs=True)
     placed_twice = AllocationModel(graph, tuple(generated), reusable, decided_by=estimated, pooled_inputs=True)
-    placed_twice.__dict__["_judged_from"] = None  # each graph places the order
-    shared = model._judged_from
+    placed_twice.__dict__["_lifetime_source"] = None  # each graph places the order
+    shared = model._lifetime_source
     assert shared is not None
-    assert {estimated.buffer_names[b] for b, other in enumerate(shared) if other is None} <= {tangent}
+    redone = {estimated.buffer_names[b] for b, other in enumerate(shared) if other is None}
+    assert redone <= {changed}
+    if how == "not an output" and changed is not None:
+        assert redone == {changed}  # its output flag differs
     assert all(graph.buffer_names[other] == estimated.buffer_names[b]
                for b, other in enumerate(shared) if other is not None)
-    assert lifetimes_rebuilt(estimated, lifetimes(graph, order), shared) == lifetimes(estimated, order)
+    assert lifetimes_rebuilt(estimated, life, shared) == lifetimes(estimated, order)
     assert model.live(order) == placed_twice.live(order)
 
 
@@ -440,7 +450,7 @@ def test_the_estimate_that_decides_a_reuse_sees_its_own_lifetime_of_a_freed_tang
     graph, estimated = backward(True), backward(False)
     reusable = tuple(not graph.is_input[b] for b in range(graph.num_buffers))
     model = AllocationModel(graph, (False,) * 6, reusable, decided_by=estimated)
-    assert model._judged_from == tuple(graph.buffer_index[name] for name in estimated.buffer_names)
+    assert model._lifetime_source == tuple(graph.buffer_index[name] for name in estimated.buffer_names)
     assert model.live(range(6)) == ([500, 550, 1050, 600, 700, 616, 16], None)
     assert AllocationModel(graph, (False,) * 6, reusable).peak(range(6)) == 950  # decided by the model's own
 

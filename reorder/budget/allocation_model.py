@@ -134,10 +134,10 @@ class AllocationModel:
         life = lifetimes(self.graph, order, check)
         if self.decided_by is None:
             judged = timeline_of(self.graph, life)
-        elif self._judged_from is None:
+        elif self._lifetime_source is None:
             judged = estimate_peak_memory(self.decided_by, order, check)
         else:
-            judged = timeline_of(self.decided_by, lifetimes_rebuilt(self.decided_by, life, self._judged_from))
+            judged = timeline_of(self.decided_by, lifetimes_rebuilt(self.decided_by, life, self._lifetime_source))
         released = release_steps(order, self.grouped)
         allocates, frees = self._handed_on(order, life, judged, released)
         live = live_bytes(self.graph.num_nodes + 1, _changes(life, released, allocates, frees))
@@ -148,7 +148,7 @@ class AllocationModel:
                    released: Sequence[int]) -> tuple[list[int], list[int]]:
         """Per buffer, the bytes it allocates and frees once in-place writes and the reuse pool have handed
         storage from dead buffers to new ones (see the module docstring); ``life``: the lifetimes of ``order`` on
-        :attr:`graph`; ``judged``: Inductor's estimate of it, on ``decided_by``."""
+        :attr:`graph`; ``judged``: Inductor's estimate of it, on ``decided_by`` (:attr:`graph` when None)."""
         graph, rules = self.graph, self._rules
         end = life.end
         estimated = list(judged.live[:graph.num_nodes])  # Inductor's estimate per step, with the reuses' holds
@@ -186,11 +186,12 @@ class AllocationModel:
         return allocates, frees
 
     @cached_property
-    def _judged_from(self) -> tuple[int | None, ...] | None:
+    def _lifetime_source(self) -> tuple[int | None, ...] | None:
         """Per buffer of ``decided_by``, the buffer of :attr:`graph` of its name whose lifetime it has under any
-        order (the same producer, readers and output flag), None where its own differs (a backward's tangent,
-        which Inductor's estimate sees unread or not at all); None where the two graphs' nodes or ordering
-        constraints differ. :meth:`live` then places an order's steps once for both graphs."""
+        order (the same producer, readers and output flag), None where its own differs (an input the estimate
+        sees unread); None where the two graphs' nodes or ordering constraints differ. :meth:`live` then places
+        an order's steps once for both graphs. A backward's tangents (and the owned copies the model frees) are
+        absent from the graph of Inductor's estimate, so there every buffer shares the model's lifetime."""
         graph, judging = self.graph, self.decided_by
         if judging is None:
             return None
