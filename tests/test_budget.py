@@ -227,9 +227,30 @@ def test_the_nested_cuts_cut_fewer_times_than_there_are_prices(monkeypatch):
     cuts = []
     original = partition_module._PricedNetwork.forward_side
     monkeypatch.setattr(partition_module._PricedNetwork, "forward_side",
-                        lambda self, price: cuts.append(price) or original(self, price))
+                        lambda self, price, *sides: cuts.append(price) or original(self, price, *sides))
     assert partition_module.cheapest_partitions(graph, PRICES) == expected
     assert len(set(p.saved for p in expected)) <= len(cuts) < len(PRICES) // 2
+
+
+def test_a_price_between_two_cut_prices_is_cut_on_the_vertices_between_their_sides(monkeypatch):
+    """Only the two ends of the prices are cut on the whole network; a price between them is cut on the vertices
+    that lie between its neighbours' forward sides (plus the source and the sink), and gets its own partition."""
+    import reorder.budget.partition as partition_module
+    import reorder.budget.mincut as mincut_module
+
+    from reorder.budget.frontier import PRICES
+
+    graph = layers(6)
+    expected = [cheapest_partition(graph, price) for price in PRICES]
+    sizes = []
+    original = mincut_module.Network.min_cut
+    monkeypatch.setattr(partition_module.Network, "min_cut",
+                        lambda self, *a: sizes.append(self.num_vertices) or original(self, *a))
+    assert partition_module.cheapest_partitions(graph, PRICES) == expected
+    whole = 2 * graph.num_nodes + 2
+    assert None in PRICES and sizes.count(whole) == 3  # the two ends and the infinite price
+    between = [size for size in sizes if size != whole]
+    assert len(between) >= 5 and sum(between) < whole * len(between) / 2
 
 
 # --- the step's estimated peak --------------------------------------------------------------------------------------

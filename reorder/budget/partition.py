@@ -138,7 +138,12 @@ def cheapest_partitions(graph: StepGraph, prices: Sequence[Fraction | None], kep
     forward side, every price between them gives it too, and its cut is not
     computed: the finite prices are cut at the two ends of their range and then
     halfway between any two neighbours whose sides differ. On the frontier's
-    prices, most neighbours agree. The infinite price is cut on its own.
+    prices, most neighbours agree. A price between two neighbours is cut on a
+    smaller network (the same paper's contraction): the lower price's side
+    stays on the forward's side and what lies outside the higher price's side
+    stays on the backward's, so those vertices become the source and the sink,
+    and only the ones between the two sides are decided again. The infinite
+    price is cut on its own.
     """
     network = _PricedNetwork(graph, tuple(kept))
     finite = sorted({p for p in prices if p is not None}, reverse=True)
@@ -156,7 +161,7 @@ def cheapest_partitions(graph: StepGraph, prices: Sequence[Fraction | None], kep
                     sides[finite[k]] = sides[finite[high]]
                 continue
             middle = (high + low) // 2
-            sides[finite[middle]] = network.forward_side(finite[middle])
+            sides[finite[middle]] = network.forward_side(finite[middle], sides[finite[low]], sides[finite[high]])
             spans += [(high, middle), (middle, low)]
     if None in prices:
         sides[None] = network.forward_side(None)
@@ -210,8 +215,11 @@ class _PricedNetwork:
         self.num_arcs = len(arcs)
         self.total_saved_bytes, self.total_cost = sum(graph.saved_bytes), sum(graph.cost)
 
-    def forward_side(self, price: Fraction | None) -> tuple[bool, ...]:
-        """The smallest source side of the minimum cut at ``price``, one flag per vertex."""
+    def forward_side(self, price: Fraction | None, inside: tuple[bool, ...] | None = None,
+                     within: tuple[bool, ...] | None = None) -> tuple[bool, ...]:
+        """The smallest source side of the minimum cut at ``price``, one flag per vertex; given the sides of a lower
+        and a higher price (``inside`` and ``within``, which it lies between), cut on the network contracted to the
+        vertices of ``within`` outside ``inside`` (see :func:`cheapest_partitions`)."""
         graph = self.graph
         if price is not None and price < 0:
             raise ReorderError(f"price of recomputation {price}: expected >= 0")
@@ -226,11 +234,35 @@ class _PricedNetwork:
                 capacities[k] = graph.cost[v] * numerator
         for k, v in self.saving:
             capacities[k] = graph.saved_bytes[v] * denominator
-        value, forward_side = self.network.min_cut(capacities, self.source, self.sink)
+        if inside is None or within is None:
+            value, forward_side = self.network.min_cut(capacities, self.source, self.sink)
+        else:
+            value, forward_side = self._contracted_cut(capacities, inside, within)
         if value >= infinite:
             raise ReorderError(f"partition of {graph.name!r}: no valid partition (a value the backward needs can be "
                                f"neither saved nor recomputed)")
         return tuple(forward_side)
+
+    def _contracted_cut(self, capacities: list[int], inside: tuple[bool, ...], within: tuple[bool, ...]
+                        ) -> tuple[int, list[bool]]:
+        """The minimum cut whose source side holds ``inside`` and lies in ``within``: the vertices of ``inside``
+        merged into the source, those outside ``within`` into the sink, and the arcs that cannot cross such a cut
+        (inside one merged end, out of the sink or into the source, from the source straight to the sink) left
+        out. Its value leaves out those from the source straight to the sink, and its side is the original's."""
+        free = [u for u in range(len(inside)) if within[u] and not inside[u]]
+        source, sink = len(free), len(free) + 1
+        renamed = [source if inside[u] else sink for u in range(len(inside))]
+        for k, u in enumerate(free):
+            renamed[u] = k
+        head = self.network.head
+        arcs, kept = [], []
+        for k, capacity in enumerate(capacities):
+            tail, to = renamed[head[2 * k + 1]], renamed[head[2 * k]]
+            if capacity and tail != to and tail != sink and to != source and (tail, to) != (source, sink):
+                arcs.append((tail, to))
+                kept.append(capacity)
+        value, side = Network(len(free) + 2, arcs).min_cut(kept, source, sink)
+        return value, [inside[u] or (within[u] and side[renamed[u]]) for u in range(len(inside))]
 
 
 def _partition_of_side(graph: StepGraph, forward_side: tuple[bool, ...]) -> Partition:
