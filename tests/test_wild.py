@@ -12,15 +12,16 @@ def variant(peak, step, compile_seconds=10.0, **extra):
     return {"real_peak": peak, "step_seconds": step, "compile_seconds": compile_seconds, "fallbacks": [], **extra}
 
 
-def partition(budget):
-    return {"kind": "partition", "budget_bytes": budget}
+def partition(budget, seconds=None):
+    return {"kind": "partition", "budget_bytes": budget, "seconds": seconds}
 
 
 ROW = {"row": "whole", "description": "the model and its loss compiled whole", "sizes": ["--layers=2"],
        "variants": {
            "stock": variant(1000, 0.100, 10.0),
            "budget:1": variant(900, 0.100, 11.0, records=[partition(1000)], estimate_feasible=[True]),
-           "budget:0.5": variant(600, 0.104, 12.0, records=[partition(500)], estimate_feasible=[True]),
+           "budget:0.5": variant(600, 0.104, 12.0, records=[partition(500, 1.5), {"kind": "order", "seconds": 0.5}],
+                                 estimate_feasible=[True]),
            "budget:0.1": variant(550, 0.130, 12.5, records=[partition(100)], estimate_feasible=[False]),
            "inductor-budget:0.5": variant(700, 0.100),   # ours 0.5: lower, 4% slower -> matched
            "inductor-budget:0.1": variant(560, 0.110),   # ours 0.1 is lower but 18% slower -> not matched
@@ -36,6 +37,8 @@ def test_a_known_row_gives_its_checks():
     assert row.matched == (1, 2)                                # the failed point is not counted
     assert row.saving == pytest.approx(0.45)
     assert row.compile_extra == pytest.approx(0.25)
+    assert [v.stage_seconds for v in row.ours] == [None, 2.0, None]  # the records' seconds, where they say
+    assert row.stages_share == pytest.approx(0.2)  # 2 s of stock's 10 s
     # budget:0.5 said met at 600 B against 500 B (20% over): a disagreement; 1.0 met at 900 <= 1000; 0.1 said not
     # met and measured 550 against 100
     assert [v.verdict_agrees for v in row.ours] == [True, False, True]
@@ -62,7 +65,8 @@ def test_the_section_shows_every_variant_and_the_failures(tmp_path):
     summary = next(line for line in lines if line.startswith("| whole |"))
     assert summary.split(" | ")[1:9] == ["0.00", "0.00", "0.00 (0.1)", "45.0%", "0.00 (0.1)", "own processes",
                                          "**1/2**", "yes"]
-    assert "| inductor-budget:0 | failed: the run failed: boom | | | | | | | |" in lines
+    assert "| inductor-budget:0 | failed: the run failed: boom | | | | | | | | |" in lines
+    assert any(line.startswith("| budget:0.5 | 0.00 | 104.0 |  | 12.0 | 2.0 | met |") for line in lines)
     assert any(line.startswith("| inductor-budget:0.1 |") and line.endswith("| **none** |") for line in lines)
 
 

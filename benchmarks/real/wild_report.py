@@ -42,6 +42,7 @@ class WildPoint:
     as_accurate_as_stock: bool | None
     alternated_times: tuple[float, ...] = ()
     alternated_peak: int | None = None
+    stage_seconds: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -84,7 +85,14 @@ def _variant(name: str, v: dict, alternated: dict | None = None) -> WildPoint:
                    all(estimates) if estimates else None,
                    tuple((p["seq"], p["real_peak"]) for p in v.get("peaks", ())),
                    v.get("difference_to_stock"), v.get("as_accurate_as_stock"),
-                   tuple((alternated or {}).get("step_times", ())), (alternated or {}).get("real_peak"))
+                   tuple((alternated or {}).get("step_times", ())), (alternated or {}).get("real_peak"),
+                   _stage_seconds(v.get("records", ())))
+
+
+def _stage_seconds(records) -> float | None:
+    """The seconds our stages took in the variant's compile, as its records give them (None without records)."""
+    timed = [r["seconds"] for r in records if r.get("seconds") is not None]
+    return sum(timed) if timed else None
 
 
 @dataclass(frozen=True)
@@ -151,6 +159,16 @@ class WildRow:
         return max(ours) / self.stock.compile_seconds - 1
 
     @property
+    def stages_share(self) -> float | None:
+        """The most our stages (partition, order, fusion guard: the records' seconds) took in any of our points'
+        compiles, relative to stock's compile seconds: the part of :attr:`compile_extra` that is ours; the rest is
+        Inductor compiling what the partition asks for (a backward that recomputes has more kernels)."""
+        ours = [v.stage_seconds for v in self.ours if v.ok and v.stage_seconds is not None]
+        if not ours or not self.stock.ok or not self.stock.compile_seconds:
+            return None
+        return max(ours) / self.stock.compile_seconds
+
+    @property
     def fallbacks(self) -> int:
         return sum(len(v.fallbacks) for v in self.ours)
 
@@ -196,6 +214,7 @@ SUMMARY = (left("row", lambda r: r.row), Column("stock MB", lambda r: r.stock.re
                   lambda p: "" if None in p else ("yes" if p[0].real_peak <= p[1].real_peak else "**no**")),
            Column("stock compile s", lambda r: r.stock.compile_seconds, lambda s: "" if s is None else f"{s:.1f}"),
            Column("ours' compile extra", lambda r: r.compile_extra, lambda x: "" if x is None else f"{x:+.0%}"),
+           Column("of it our stages, at most", lambda r: r.stages_share, lambda x: "" if x is None else f"{x:.0%}"),
            Column("fallbacks", lambda r: r.fallbacks, str),
            Column("verdicts agree", lambda r: r.verdicts_agree, count_of),
            Column("same peak alternated", lambda r: r.same_programs, lambda p: count_of(p) if p[1] else ""))
@@ -207,12 +226,12 @@ def _detail(row: WildRow) -> list[str]:
             f" The alternation compiled {row.compiles_after_context} graphs after the variants' first steps: its "
             "times are left out." if row.compiles_after_context else "")
     lines = [f"**{row.row}**: {row.description}.{said}", "",
-             "| variant | real peak MB | step ms, own process | step ms, alternated | compile s | estimate said | "
-             "difference to stock | as accurate | matches |",
-             "|---|---:|---:|---:|---:|---|---:|---|---|"]
+             "| variant | real peak MB | step ms, own process | step ms, alternated | compile s | our stages s | "
+             "estimate said | difference to stock | as accurate | matches |",
+             "|---|---:|---:|---:|---:|---:|---|---:|---|---|"]
     for v in (row.stock, *row.ours, *row.inductor):
         if not v.ok:
-            lines.append(f"| {v.name} | failed: {v.error} | | | | | | | |")
+            lines.append(f"| {v.name} | failed: {v.error} | | | | | | | | |")
             continue
         peaks = " / ".join(megabytes(p) for _, p in v.peaks) if len(v.peaks) > 1 else megabytes(v.real_peak)
         said = "" if v.estimate_said_met is None else ("met" if v.estimate_said_met else "not met")
@@ -220,8 +239,9 @@ def _detail(row: WildRow) -> list[str]:
         alternated = f"{v.seconds * 1e3:.1f}" if v.alternated_times else ""
         if v.alternated_peak is not None and v.alternated_peak != v.real_peak:
             alternated += f" (its peak there {megabytes(v.alternated_peak)})"
+        stages = "" if v.stage_seconds is None else f"{v.stage_seconds:.1f}"
         lines.append(f"| {v.name} | {peaks} | {v.step_seconds * 1e3:.1f} | {alternated} | {v.compile_seconds:.1f} | "
-                     f"{said} | "
+                     f"{stages} | {said} | "
                      f"{'' if v.difference_to_stock is None else f'{v.difference_to_stock:.1e}'} | "
                      f"{'' if v.as_accurate_as_stock is None else ('yes' if v.as_accurate_as_stock else '**no**')} | "
                      f"{'' if v.kind != 'inductor' else (match.name if match else '**none**')} |")
@@ -259,7 +279,11 @@ def wild_section(folder: Path = WILD, images: Path = IMAGES) -> list[str]:
              "there equals their own process's, the same program timed), and a step is compared with another by "
              "the median over rounds of the ratio of their times; else the median of five steady steps of the "
              "variant's own process, which vary by up to 18% "
-             "between processes for one program. `Inductor points matched`: for how many of Inductor's "
+             "between processes for one program. `ours' compile extra`: the most any of our points adds to stock's "
+             "compile seconds; `of it our stages, at most`: the most our own stages took in any of those compiles "
+             "(partition, order, fusion guard, the records' seconds; the column `our stages s` per variant), "
+             "relative to stock's compile; the rest is Inductor compiling what the partition asks for (a backward "
+             "that recomputes has more kernels to generate and build). `Inductor points matched`: for how many of Inductor's "
              "`activation_memory_budget` points one of ours has a real peak at or below it with a step at most 5% "
              "slower; `verdicts agree`: our records' verdict from the compiled graphs' "
              "estimate, before anything ran, against the measured step (met: at most 2% above the budget; not met: "
