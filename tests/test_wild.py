@@ -242,3 +242,108 @@ def test_the_per_layer_rows_budget_every_layers_call_and_what_stocks_eager_code_
     assert by_call == (1, 2, (3, 4, 5)) and held_outside_option(by_call) == "--held-outside=1,2,3/4/5"
     assert held_outside_option([1, 2, [3, 4]]) == "--held-outside=1,2,3/4"  # as the row's JSON keeps it
     assert held_outside_option((1, 2, 3)) == "--held-outside=1,2,3"
+
+
+def test_compile_rounds_compare_each_variant_with_stocks_compile_of_the_same_round():
+    """With compile rounds, the row's compile extra is the most of our points' medians over rounds of their ratio to
+    stock's compile in the same round, not of one process each: round 2's stock compiled 40% slower and every
+    variant with it, which the ratio cancels (by the rounds' medians of seconds, budget:0.4 would add 30%)."""
+    rounds = [{"stock": {"compile_seconds": 10.0, "stage_seconds": None, "real_peak": 1000},
+               "budget:1": {"compile_seconds": 10.5, "stage_seconds": 0.2, "real_peak": 900},
+               "budget:0.5": {"compile_seconds": 12.0, "stage_seconds": 2.0, "real_peak": 600},
+               "inductor-budget:0.5": {"compile_seconds": 13.0, "stage_seconds": None, "real_peak": 700}},
+              {"stock": {"compile_seconds": 14.0, "stage_seconds": None, "real_peak": 1000},
+               "budget:1": {"compile_seconds": 14.0, "stage_seconds": 0.2, "real_peak": 900},
+               "budget:0.5": {"compile_seconds": 16.8, "stage_seconds": 2.1, "real_peak": 600},
+               "inductor-budget:0.5": {"error": "ran past 1800 s"}},
+              {"stock": {"compile_seconds": 10.0, "stage_seconds": None, "real_peak": 1000},
+               "budget:1": {"compile_seconds": 11.0, "stage_seconds": 0.2, "real_peak": 900},
+               "budget:0.5": {"compile_seconds": 13.0, "stage_seconds": 1.9, "real_peak": 600},
+               "inductor-budget:0.5": {"compile_seconds": 12.0, "stage_seconds": None, "real_peak": 700}}]
+    data = {**ROW, "variants": {**ROW["variants"], "stock": variant(1000, 0.100, 9.0)},  # its own process: 9 s
+            "compile_rounds": {"variants": ["stock", "budget:1", "budget:0.5", "inductor-budget:0.5"],
+                               "rounds": rounds}}
+    row = wild_row(data)
+    assert row.compile_rounds.count == 3
+    assert row.compile_rounds.extra("budget:1") == pytest.approx(0.05)     # 1.05, 1.00, 1.10
+    assert row.compile_extra == pytest.approx(0.2)                          # budget:0.5: 1.2, 1.2, 1.3
+    assert row.compile_rounds.median_seconds("inductor-budget:0.5") == 12.5  # the failed round left out
+    assert row.inductor_compile_extra == pytest.approx(0.25)                # 1.3 and 1.2
+    assert row.stages_share == pytest.approx(0.19)                          # budget:0.5: 0.2, 0.15, 0.19
+    lines = wild_section_of(data)
+    summary = next(line for line in lines if line.startswith("| whole |")).split(" | ")
+    header = next(line for line in lines if line.startswith("| row |")).split(" | ")
+    cell = lambda name: summary[header.index(name)]  # noqa: E731
+    assert (cell("stock compile s"), cell("compiles measured"), cell("ours' compile extra"),
+            cell("of it our stages, at most"), cell("Inductor's budget's compile extra")) == (
+        "10.0", "3 rounds", "+20%", "19%", "+25%")  # stock's median of the rounds, not its own process's 9.0
+    assert "| budget:0.5 | 12.0 / 16.8 / 13.0 | 13.0 | +20% | 19% |" in lines
+    assert "| inductor-budget:0.5 | 13.0 / failed / 12.0 | 12.5 | +25% |  |" in lines
+    assert "| stock | 10.0 / 14.0 / 10.0 | 10.0 |  |  |" in lines
+    without = next(line for line in wild_section_of(ROW) if line.startswith("| whole |")).split(" | ")
+    assert without[header.index("compiles measured")] == "one process each"
+    assert without[header.index("stock compile s")] == "10.0"
+    assert without[header.index("ours' compile extra")] == "+25%"  # budget:0.1's 12.5 s of one process
+
+
+def test_compile_rounds_run_every_variant_once_a_round_when_asked(tmp_path, monkeypatch):
+    """``--compile-rounds 2`` compiles the variants in turn, round after round, each budget with the bytes held
+    outside that its own cached process had; cached afterwards, and run again with other rounds or ``--again``."""
+    from benchmarks.real import wild
+
+    monkeypatch.setattr(wild, "WILD", tmp_path)
+    compiled = []
+
+    def compile_once(row, variant, sizes, held_outside):
+        compiled.append((variant, held_outside))
+        return {"compile_seconds": 10.0 + len(compiled), "stage_seconds": None, "real_peak": 1}
+
+    monkeypatch.setattr(wild, "compile_once", compile_once)
+    sizes = ["--layers=2"]
+    cached = {"row": "whole", "sizes": sizes, "alternated": {"rounds": 1, "variants": {
+        v: {"step_times": [0.1], "real_peak": 1} for v in ("stock", "budget:0.4")}},
+        "variants": {"stock": {"real_peak": 1}, "budget:0.4": {"real_peak": 1, "held_outside": [0, 7, 5]}}}
+    (tmp_path / "whole.json").write_text(json.dumps(cached))
+    quiet = lambda text: None  # noqa: E731
+    asked = ("stock", "budget:0.4", "inductor-budget:0.4")
+    wild.measure_row("whole", ["stock", "budget:0.4"], sizes, again=False, progress=quiet, compile_rounds=2,
+                     compile_variants=asked)
+    assert compiled == [("stock", None), ("budget:0.4", [0, 7, 5]), ("inductor-budget:0.4", None)] * 2
+    kept = json.loads((tmp_path / "whole.json").read_text())
+    assert kept["compile_rounds"]["variants"] == list(asked) and len(kept["compile_rounds"]["rounds"]) == 2
+    assert kept["compile_rounds"]["rounds"][1]["stock"]["compile_seconds"] == 14.0
+    assert kept["alternated"] == cached["alternated"]
+    wild.measure_row("whole", ["stock", "budget:0.4"], sizes, again=False, progress=quiet, compile_rounds=2,
+                     compile_variants=asked)
+    wild.measure_row("whole", ["stock", "budget:0.4"], sizes, again=False, progress=quiet)
+    assert len(compiled) == 6  # cached, and not asked
+    wild.measure_row("whole", ["stock", "budget:0.4"], sizes, again=False, progress=quiet, compile_rounds=1,
+                     compile_variants=asked)
+    assert len(compiled) == 9
+    with pytest.raises(ValueError, match="name stock"):
+        wild.time_compiles("whole", kept, ["budget:0.4"], sizes, 1, quiet)
+
+
+def test_the_checkpointed_row_compiles_its_step_as_one_graph():
+    """Under transformers 5.x the checkpointed row's step broke its graph at every layer (the cache's warning logged
+    inside the compiled forward; the attention's kernel routing, a context variable its forward sets inside the
+    checkpoint, which Dynamo refuses there), the layers ran eagerly, and stock and every budget measured the same
+    program. Traced with a backend that only counts graphs: one graph, the whole step."""
+    pytest.importorskip("transformers")
+    import torch
+    from torch._dynamo.testing import CompileCounter
+
+    from benchmarks.real.wild_step import build, parser, step_function, token_batches
+
+    args = parser().parse_args(["--row=checkpointed", "--variant=stock", "--layers=2", "--hidden=64", "--seq=16",
+                                "--batch=2", "--vocab=128"])
+    counter = CompileCounter()
+    torch._dynamo.reset()
+    try:
+        with torch._dynamo.config.patch(skip_fwd_side_effects_in_bwd_under_checkpoint=False):  # build sets it
+            model = build(args)
+            step_function(model, args, backend=counter)(token_batches(args)[0]).backward()
+    finally:
+        torch._dynamo.reset()
+    assert counter.frame_count == 1
+    assert all(p.grad is not None for p in model.parameters())

@@ -1,7 +1,7 @@
 """``python -m benchmarks.real.wild``: the memory budget where people train, each variant in a fresh process.
 
     python -m benchmarks.real.wild [--rows whole,per-layer,...] [--variants stock,budget:0.5,...] [--again]
-                                   [--alternate-again]
+                                   [--alternate-again] [--compile-rounds 3]
                                    [--report-only] [--layers 4] [--hidden 256] [--seq 128] [--batch 4]
 
 Each row (:data:`benchmarks.real.wild_step.ROWS`) is a Llama-style decoder's training step written one way
@@ -22,6 +22,14 @@ it stopped; ``--again`` measures every variant anew), the alternation under its 
 when the variants changed or one measures another real peak than there; a failed one only with
 ``--alternate-again``); the report's section and one plot per row come from the
 cache (:mod:`benchmarks.real.wild_report`).
+
+One compile in a fresh process scatters by up to a third on a quiet machine (stock's whole row: 21.8 to 30.1 s
+in three processes one after the other), more than most of what a budget adds to it. ``--compile-rounds N`` measures
+compile seconds as a ratio instead (:func:`time_compiles`): :data:`COMPILE_VARIANTS` (stock, ours at three
+fractions and Inductor's budget at 0.4) each compiled once per round, in fresh processes one after the other,
+``N`` rounds; the report compares each variant with stock by the median over rounds of their ratio in the same
+round. Cached under the row's ``compile_rounds`` key, run again when asked with other variants or rounds or with
+``--again``.
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ from .run import as_accurate, difference
 from .tables import RESULTS
 from .wild_step import ROWS, SIZES, build, held_outside_option, parser as step_parser, step_function, token_batches
 
-__all__ = ["OURS", "INDUCTORS", "VARIANTS", "WILD", "main", "run_variant"]
+__all__ = ["COMPILE_VARIANTS", "OURS", "INDUCTORS", "VARIANTS", "WILD", "main", "run_variant", "time_compiles"]
 
 WILD = RESULTS / "wild"
 
@@ -50,6 +58,11 @@ WILD = RESULTS / "wild"
 OURS = (1.0, 0.7, 0.4, 0.1)
 INDUCTORS = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)
 VARIANTS = ("stock", *(f"budget:{f:g}" for f in OURS), *(f"inductor-budget:{f:g}" for f in INDUCTORS))
+
+#: The variants whose compile seconds ``--compile-rounds`` measures in rounds: stock, ours at 1.0 (stock's
+#: partition, our order and guard), at 0.7 and at 0.4 (partitions that recompute), and Inductor's own budget at 0.4,
+#: which shows what compiling a recomputing backward costs Inductor whoever chose the partition.
+COMPILE_VARIANTS = ("stock", "budget:1", "budget:0.7", "budget:0.4", "inductor-budget:0.4")
 
 #: Seconds a variant may run before it counts as failed (two ranks compile for the FSDP row), and the alternation
 #: of every variant of a row (all of them compile in it).
@@ -101,6 +114,43 @@ def run_variant(row: str, variant: str, sizes: list[str], held_outside: list[int
         return result, torch.load(saved, weights_only=True)
 
 
+def compile_once(row: str, variant: str, sizes: list[str], held_outside: list | None) -> dict:
+    """One compile of ``variant`` in a fresh process (:mod:`benchmarks.real.wild_step`): its compile seconds, the
+    seconds its records give our stages, and its real peak (the same program as its own cached process when
+    equal), or ``{"error": ...}``."""
+    from .wild_report import stage_seconds
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.json"
+        command = [sys.executable, "-m", "benchmarks.real.wild_step", "--row", row, "--variant", variant,
+                   "--out", str(out), *sizes, *_held_option(held_outside)]
+        result = _run_child(command, out, TIMEOUT)
+    if "error" in result:
+        return {"error": result["error"]}
+    return {"compile_seconds": result["compile_seconds"], "stage_seconds": stage_seconds(result.get("records", ())),
+            "real_peak": result["real_peak"]}
+
+
+def time_compiles(row: str, data: dict, variants: list[str], sizes: list[str], rounds: int, progress) -> dict:
+    """``variants`` compiled ``rounds`` times in fresh processes, one after the other and each once per round (the
+    round's order is ``variants``'), each budget with the ``held_outside`` its cached process had: the rounds, each
+    a mapping variant -> :func:`compile_once`'s answer. Stock must be among them: each variant is compared with
+    stock's compile in the same round."""
+    if "stock" not in variants:
+        raise ValueError("compile rounds compare every variant with stock's compile: name stock among them")
+    cached = data.get("variants", {})
+    timed = []
+    for number in range(rounds):
+        this_round = {}
+        for variant in variants:
+            held = cached.get(variant, {}).get("held_outside") if variant.startswith("budget:") else None
+            this_round[variant] = compile_once(row, variant, sizes, held or None)
+            said = this_round[variant].get("error") or f"{this_round[variant]['compile_seconds']:.1f} s"
+            progress(f"{row}: compile round {number + 1}/{rounds}, {variant}: {said}")
+        timed.append(this_round)
+    return {"variants": list(variants), "rounds": timed}
+
+
 def alternate_row(row: str, variants: list[str], sizes: list[str], held_outside: dict[str, list[int]],
                   rounds: int = ROUNDS) -> dict:
     """Every variant of ``variants`` compiled in one fresh process and timed in alternation (``wild_step
@@ -123,14 +173,17 @@ def _stocks_held_outside(stock: dict) -> list | None:
 
 
 def measure_row(row: str, variants: list[str], sizes: list[str], again: bool, progress,
-                alternate_again: bool = False) -> dict:
+                alternate_again: bool = False, compile_rounds: int = 0,
+                compile_variants: tuple[str, ...] = COMPILE_VARIANTS) -> dict:
     """Every variant of ``variants`` not yet cached (all of them with ``again``), each cached as soon as it ran;
     the row's other cached variants are kept. Stock runs first whenever another variant does: its loss and
     gradients are what the others are checked against, and what its eager code held beside the compiled graphs
     (at the first length, by phase) is our budgets' ``held_outside``, as ``measure_step`` would tell a user.
     Then every variant of the row that ran is timed side by side (:func:`alternate_row`) when the cached
     alternation is stale (:func:`_alternation_stale`: a variant measured anew to another program, say) or with
-    ``alternate_again`` (the only way a failed alternation runs again)."""
+    ``alternate_again`` (the only way a failed alternation runs again). With ``compile_rounds``, the
+    ``compile_variants``' compile seconds in that many rounds (:func:`time_compiles`) where the cache has none of
+    those variants and rounds, or with ``again``."""
     path = WILD / f"{row}.json"
     cached = json.loads(path.read_text()) if path.exists() else {}
     same_sizes = cached.get("sizes") == sizes
@@ -139,6 +192,9 @@ def measure_row(row: str, variants: list[str], sizes: list[str], again: bool, pr
     alternated = cached.get("alternated") if same_sizes else None
     if alternated:  # kept through the variants' writes below, and judged after them
         data["alternated"] = alternated
+    compiles = cached.get("compile_rounds") if same_sizes else None
+    if compiles:
+        data["compile_rounds"] = compiles
     missing = [v for v in variants if again or v not in data["variants"]]
     if missing:
         _measure_variants(row, data, missing, sizes, progress)
@@ -149,6 +205,11 @@ def measure_row(row: str, variants: list[str], sizes: list[str], again: bool, pr
         held = {v: data["variants"][v]["held_outside"] for v in ran if data["variants"][v].get("held_outside")}
         data["alternated"] = alternate_row(row, ran, sizes, held)
         progress(f"    {data['alternated'].get('error', 'done')}, {time.perf_counter() - t0:.0f} s")
+        path.write_text(json.dumps(data) + "\n")
+    asked = list(compile_variants)
+    if compile_rounds and (again or not compiles or compiles.get("variants") != asked
+                           or len(compiles.get("rounds", ())) != compile_rounds):
+        data["compile_rounds"] = time_compiles(row, data, asked, sizes, compile_rounds, progress)
         path.write_text(json.dumps(data) + "\n")
     return data
 
@@ -198,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--alternate-again", action="store_true",
                    help="time the row's variants in alternation again, even where nothing was measured anew")
     p.add_argument("--report-only", action="store_true", help="only rebuild the report from the cache")
+    p.add_argument("--compile-rounds", type=int, default=0, metavar="N",
+                   help="also compile stock, ours at 1.0, 0.7 and 0.4 and Inductor's 0.4 in N rounds of fresh "
+                        "processes, for compile seconds as ratios to stock's in the same round")
     for name, default in SIZES.items():
         p.add_argument(f"--{name}", type=int, default=default)
     args = p.parse_args(argv)
@@ -217,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         for row in rows:
             measure_row(row, variants, sizes, args.again, lambda text: print(text, file=sys.stderr, flush=True),
-                        args.alternate_again)
+                        args.alternate_again, args.compile_rounds)
     from .report import write_report
 
     write_report(RESULTS / "bench")

@@ -3,8 +3,8 @@
 Per row: stock's real peak, ours at 1.0 and at its lowest, Inductor's lowest, and the checks the section states
 (every Inductor point matched by one of ours at or below its real peak with a step at most 5% slower, by the
 step times of the row's alternation in one process where it ran; our lowest
-at or below Inductor's lowest; compile seconds in fresh processes against stock's; no fallback; verdicts that
-agree with the meter); one table line per variant and a plot per row (:func:`benchmarks.real.budget_report.
+at or below Inductor's lowest; compile seconds in fresh processes against stock's, as ratios in rounds where the row
+has them; no fallback; verdicts that agree with the meter); one table line per variant and a plot per row (:func:`benchmarks.real.budget_report.
 plot_budget`).
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from .budget_report import OVER_BUDGET, SLOWER, BudgetRow, Point, plot_budget, round_ratio
 from .tables import IMAGES, RESULTS, Column, count_of, details_with_plots, left, markdown, megabytes
 
-__all__ = ["WildRow", "wild_rows", "wild_section"]
+__all__ = ["CompileRounds", "WildRow", "stage_seconds", "wild_rows", "wild_section"]
 
 WILD = RESULTS / "wild"
 
@@ -86,13 +86,61 @@ def _variant(name: str, v: dict, alternated: dict | None = None) -> WildPoint:
                    tuple((p["seq"], p["real_peak"]) for p in v.get("peaks", ())),
                    v.get("difference_to_stock"), v.get("as_accurate_as_stock"),
                    tuple((alternated or {}).get("step_times", ())), (alternated or {}).get("real_peak"),
-                   _stage_seconds(v.get("records", ())))
+                   stage_seconds(v.get("records", ())))
 
 
-def _stage_seconds(records) -> float | None:
+def stage_seconds(records) -> float | None:
     """The seconds our stages took in the variant's compile, as its records give them (None without records)."""
     timed = [r["seconds"] for r in records if r.get("seconds") is not None]
     return sum(timed) if timed else None
+
+
+@dataclass(frozen=True)
+class CompileRounds:
+    """A row's compile seconds measured in rounds (``wild --compile-rounds``): every variant compiled once per
+    round, each in a fresh process, one after the other. By variant, round by round: its compile seconds, our
+    stages' seconds (its records'), its real peak (None where it failed that round)."""
+
+    variants: tuple[str, ...]
+    seconds: dict[str, tuple[float | None, ...]]
+    stages: dict[str, tuple[float | None, ...]]
+    peaks: dict[str, tuple[int | None, ...]]
+
+    @classmethod
+    def of(cls, data: dict) -> CompileRounds:
+        rounds = data["rounds"]
+        get = lambda key: {v: tuple(r.get(v, {}).get(key) for r in rounds) for v in data["variants"]}  # noqa: E731
+        return cls(tuple(data["variants"]), get("compile_seconds"), get("stage_seconds"), get("real_peak"))
+
+    @property
+    def count(self) -> int:
+        return len(self.seconds["stock"])
+
+    def _median_over_stocks(self, values: tuple[float | None, ...]) -> float | None:
+        ratios = [value / stock for value, stock in zip(values, self.seconds["stock"])
+                  if value is not None and stock]
+        return statistics.median(ratios) if ratios else None
+
+    def extra(self, variant: str) -> float | None:
+        """What ``variant`` adds to stock's compile: the median over rounds of its seconds over stock's in the same
+        round, less one."""
+        ratio = self._median_over_stocks(self.seconds[variant])
+        return None if ratio is None else ratio - 1
+
+    def stages_share(self, variant: str) -> float | None:
+        """Our stages' seconds in ``variant``'s compile relative to stock's compile of the same round, the median
+        over rounds (None for a variant without records: stock, Inductor's)."""
+        return self._median_over_stocks(self.stages[variant])
+
+    def median_seconds(self, variant: str) -> float | None:
+        ran = [s for s in self.seconds[variant] if s is not None]
+        return statistics.median(ran) if ran else None
+
+    def ours(self) -> list[str]:
+        return [v for v in self.variants if v.startswith("budget:")]
+
+    def inductors(self) -> list[str]:
+        return [v for v in self.variants if v.startswith("inductor-budget:")]
 
 
 @dataclass(frozen=True)
@@ -107,6 +155,7 @@ class WildRow:
     alternation_error: str | None = None
     rounds: int | None = None
     compiles_after_context: int = 0
+    compile_rounds: CompileRounds | None = None
 
     @property
     def ran(self) -> list[WildPoint]:
@@ -152,17 +201,43 @@ class WildRow:
 
     @property
     def compile_extra(self) -> float | None:
-        """The most any of our points adds to stock's compile seconds, relative to them."""
+        """The most any of our points adds to stock's compile seconds, relative to them: by the compile rounds where
+        the row has them (the median over rounds of the ratio to stock's compile of the same round), else by each
+        variant's own process."""
+        if self.compile_rounds is not None:
+            extras = [x for x in map(self.compile_rounds.extra, self.compile_rounds.ours()) if x is not None]
+            return max(extras, default=None)
         ours = [v.compile_seconds for v in self.ours if v.ok]
         if not ours or not self.stock.ok or not self.stock.compile_seconds:
             return None
         return max(ours) / self.stock.compile_seconds - 1
 
     @property
+    def stock_compile_seconds(self) -> float | None:
+        """Stock's compile seconds: the median of the compile rounds where the row has them, else its own
+        process's."""
+        if self.compile_rounds is not None:
+            return self.compile_rounds.median_seconds("stock")
+        return self.stock.compile_seconds if self.stock.ok else None
+
+    @property
+    def inductor_compile_extra(self) -> float | None:
+        """What Inductor's own budget adds to stock's compile in the compile rounds, the most of its points there
+        (None without rounds)."""
+        if self.compile_rounds is None:
+            return None
+        extras = [x for x in map(self.compile_rounds.extra, self.compile_rounds.inductors()) if x is not None]
+        return max(extras, default=None)
+
+    @property
     def stages_share(self) -> float | None:
         """The most our stages (partition, order, fusion guard: the records' seconds) took in any of our points'
-        compiles, relative to stock's compile seconds: the part of :attr:`compile_extra` that is ours; the rest is
-        Inductor compiling what the partition asks for (a backward that recomputes has more kernels)."""
+        compiles, relative to stock's compile seconds (in the compile rounds where the row has them): the part of
+        :attr:`compile_extra` that is ours; the rest is Inductor compiling what the partition asks for (a backward
+        that recomputes has more kernels)."""
+        if self.compile_rounds is not None:
+            shares = [x for x in map(self.compile_rounds.stages_share, self.compile_rounds.ours()) if x is not None]
+            return max(shares, default=None)
         ours = [v.stage_seconds for v in self.ours if v.ok and v.stage_seconds is not None]
         if not ours or not self.stock.ok or not self.stock.compile_seconds:
             return None
@@ -188,7 +263,8 @@ def wild_row(data: dict) -> WildRow:
     return WildRow(data["row"], data["description"], stock,
                    tuple(sorted((v for v in variants if v.kind == "ours"), key=by_fraction)),
                    tuple(sorted((v for v in variants if v.kind == "inductor"), key=by_fraction)),
-                   alternation.get("error"), alternation.get("rounds"), compiles)
+                   alternation.get("error"), alternation.get("rounds"), compiles,
+                   CompileRounds.of(data["compile_rounds"]) if data.get("compile_rounds") else None)
 
 
 def wild_rows(folder: Path = WILD) -> list[WildRow]:
@@ -212,12 +288,35 @@ SUMMARY = (left("row", lambda r: r.row), Column("stock MB", lambda r: r.stock.re
            Column("Inductor points matched", lambda r: r.matched, count_of),
            Column("lowest <= Inductor's", lambda r: (r.lowest, r.inductor_lowest),
                   lambda p: "" if None in p else ("yes" if p[0].real_peak <= p[1].real_peak else "**no**")),
-           Column("stock compile s", lambda r: r.stock.compile_seconds, lambda s: "" if s is None else f"{s:.1f}"),
+           Column("stock compile s", lambda r: r.stock_compile_seconds, lambda s: "" if s is None else f"{s:.1f}"),
+           Column("compiles measured", lambda r: r.compile_rounds,
+                  lambda c: "one process each" if c is None else f"{c.count} rounds"),
            Column("ours' compile extra", lambda r: r.compile_extra, lambda x: "" if x is None else f"{x:+.0%}"),
            Column("of it our stages, at most", lambda r: r.stages_share, lambda x: "" if x is None else f"{x:.0%}"),
+           Column("Inductor's budget's compile extra", lambda r: r.inductor_compile_extra,
+                  lambda x: "" if x is None else f"{x:+.0%}"),
            Column("fallbacks", lambda r: r.fallbacks, str),
            Column("verdicts agree", lambda r: r.verdicts_agree, count_of),
            Column("same peak alternated", lambda r: r.same_programs, lambda p: count_of(p) if p[1] else ""))
+
+
+def _compile_detail(rounds: CompileRounds | None) -> list[str]:
+    """The row's compile rounds as a table: each variant's seconds round by round, their median, the median of its
+    ratio to stock's in the same round, and our stages' share of stock's compile."""
+    if rounds is None:
+        return []
+    seconds = lambda xs: " / ".join("failed" if x is None else f"{x:.1f}" for x in xs)  # noqa: E731
+    percent = lambda x, sign: "" if x is None else format(x, "+.0%" if sign else ".0%")  # noqa: E731
+    lines = [f"Compile seconds in {rounds.count} rounds, every variant once a round in a fresh process, one after "
+             "the other:", "",
+             "| variant | compile s, by round | median s | extra over stock's (median of rounds) | "
+             "our stages, of stock's compile |", "|---|---|---:|---:|---:|"]
+    for v in rounds.variants:
+        median = rounds.median_seconds(v)
+        lines.append(f"| {v} | {seconds(rounds.seconds[v])} | {'' if median is None else f'{median:.1f}'} | "
+                     f"{'' if v == 'stock' else percent(rounds.extra(v), True)} | "
+                     f"{percent(rounds.stages_share(v), False)} |")
+    return lines + [""]
 
 
 def _detail(row: WildRow) -> list[str]:
@@ -245,7 +344,7 @@ def _detail(row: WildRow) -> list[str]:
                      f"{'' if v.difference_to_stock is None else f'{v.difference_to_stock:.1e}'} | "
                      f"{'' if v.as_accurate_as_stock is None else ('yes' if v.as_accurate_as_stock else '**no**')} | "
                      f"{'' if v.kind != 'inductor' else (match.name if match else '**none**')} |")
-    return lines + [""]
+    return lines + [""] + _compile_detail(row.compile_rounds)
 
 
 def plot_wild(row: WildRow, path: Path) -> bool:
@@ -279,11 +378,17 @@ def wild_section(folder: Path = WILD, images: Path = IMAGES) -> list[str]:
              "there equals their own process's, the same program timed), and a step is compared with another by "
              "the median over rounds of the ratio of their times; else the median of five steady steps of the "
              "variant's own process, which vary by up to 18% "
-             "between processes for one program. `ours' compile extra`: the most any of our points adds to stock's "
+             "between processes for one program. Compile seconds scatter too (stock's whole row: 21.8 to 30.1 s "
+             "in three processes one after the other): where `compiles measured` says rounds, stock, ours at 1.0, "
+             "0.7 and 0.4 and Inductor's budget at 0.4 were compiled again once a round, each in a fresh process, "
+             "one after the other (`--compile-rounds`), and each is compared with stock's compile of the same round "
+             "by the median over rounds of their ratio (the table under the row's); else each variant's own "
+             "process is compared with stock's. `ours' compile extra`: the most any of our points adds to stock's "
              "compile seconds; `of it our stages, at most`: the most our own stages took in any of those compiles "
              "(partition, order, fusion guard, the records' seconds; the column `our stages s` per variant), "
              "relative to stock's compile; the rest is Inductor compiling what the partition asks for (a backward "
-             "that recomputes has more kernels to generate and build). `Inductor points matched`: for how many of Inductor's "
+             "that recomputes has more kernels to generate and build), which `Inductor's budget's compile extra` "
+             "shows for its own budget at 0.4. `Inductor points matched`: for how many of Inductor's "
              "`activation_memory_budget` points one of ours has a real peak at or below it with a step at most 5% "
              "slower; `verdicts agree`: our records' verdict from the compiled graphs' "
              "estimate, before anything ran, against the measured step (met: at most 2% above the budget; not met: "

@@ -67,9 +67,16 @@ def build(args):
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.hidden * 8 // 3,
                          num_hidden_layers=args.layers, num_attention_heads=max(1, args.hidden // 64),
-                         num_key_value_heads=max(1, args.hidden // 64), max_position_embeddings=max(256, args.seq))
+                         num_key_value_heads=max(1, args.hidden // 64), max_position_embeddings=max(256, args.seq),
+                         # a checkpointed layer cannot use a cache: transformers turns it off with a warning, which
+                         # its 5.x releases log inside the compiled forward, a graph break at every layer
+                         use_cache=args.row != "checkpointed")
     model = LlamaForCausalLM(config).train()
     if args.row == "checkpointed":
+        # transformers 5.x routes each attention's kernels through a context variable that its forward sets, a side
+        # effect Dynamo refuses inside a checkpoint (a graph break at every layer, which then runs eagerly); it
+        # routes nothing that the backward's replay needs, so the step is compiled with Dynamo's own switch for it
+        torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint = True
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model
 
