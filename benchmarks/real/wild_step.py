@@ -69,7 +69,7 @@ def build(args):
                          num_hidden_layers=args.layers, num_attention_heads=max(1, args.hidden // 64),
                          num_key_value_heads=max(1, args.hidden // 64), max_position_embeddings=max(256, args.seq),
                          # a checkpointed layer cannot use a cache: transformers turns it off with a warning, which
-                         # its 5.x releases log inside the compiled forward, a graph break at every layer
+                         # its 5.x releases log inside the compiled forward, a graph break
                          use_cache=args.row != "checkpointed")
     model = LlamaForCausalLM(config).train()
     if args.row == "checkpointed":
