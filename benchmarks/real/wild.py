@@ -98,14 +98,19 @@ def _run_child(command: list[str], out: Path, timeout: float) -> dict:
     return json.loads(out.read_text())
 
 
+def _variant_command(row: str, variant: str, sizes: list[str], held_outside: list | None, out: Path) -> list[str]:
+    """The command that measures one variant of ``row`` in a fresh process, its result written to ``out``."""
+    return [sys.executable, "-m", "benchmarks.real.wild_step", "--row", row, "--variant", variant,
+            "--out", str(out), *sizes, *_held_option(held_outside)]
+
+
 def run_variant(row: str, variant: str, sizes: list[str], held_outside: list[int] | None = None
                 ) -> tuple[dict, list[torch.Tensor]]:
     """One variant of ``row`` in a fresh process: its result (or ``{"error": ...}``) and its first step's loss
     and gradients; ``held_outside``: what eager code held in stock's step, by phase, which our budgets count."""
     with tempfile.TemporaryDirectory() as tmp:
         out, saved = Path(tmp) / "result.json", Path(tmp) / "tensors.pt"
-        command = [sys.executable, "-m", "benchmarks.real.wild_step", "--row", row, "--variant", variant,
-                   "--out", str(out), "--tensors", str(saved), *sizes, *_held_option(held_outside)]
+        command = [*_variant_command(row, variant, sizes, held_outside, out), "--tensors", str(saved)]
         t0 = time.perf_counter()
         result = _run_child(command, out, TIMEOUT)
         if "error" in result:
@@ -122,9 +127,7 @@ def compile_once(row: str, variant: str, sizes: list[str], held_outside: list | 
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
-        command = [sys.executable, "-m", "benchmarks.real.wild_step", "--row", row, "--variant", variant,
-                   "--out", str(out), *sizes, *_held_option(held_outside)]
-        result = _run_child(command, out, TIMEOUT)
+        result = _run_child(_variant_command(row, variant, sizes, held_outside, out), out, TIMEOUT)
     if "error" in result:
         return {"error": result["error"]}
     return {"compile_seconds": result["compile_seconds"], "stage_seconds": stage_seconds(result.get("records", ())),

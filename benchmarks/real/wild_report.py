@@ -98,19 +98,18 @@ def stage_seconds(records) -> float | None:
 @dataclass(frozen=True)
 class CompileRounds:
     """A row's compile seconds measured in rounds (``wild --compile-rounds``): every variant compiled once per
-    round, each in a fresh process, one after the other. By variant, round by round: its compile seconds, our
-    stages' seconds (its records'), its real peak (None where it failed that round)."""
+    round, each in a fresh process, one after the other. By variant, round by round: its compile seconds and our
+    stages' seconds (its records'), None where it failed that round."""
 
     variants: tuple[str, ...]
     seconds: dict[str, tuple[float | None, ...]]
     stages: dict[str, tuple[float | None, ...]]
-    peaks: dict[str, tuple[int | None, ...]]
 
     @classmethod
     def of(cls, data: dict) -> CompileRounds:
         rounds = data["rounds"]
         get = lambda key: {v: tuple(r.get(v, {}).get(key) for r in rounds) for v in data["variants"]}  # noqa: E731
-        return cls(tuple(data["variants"]), get("compile_seconds"), get("stage_seconds"), get("real_peak"))
+        return cls(tuple(data["variants"]), get("compile_seconds"), get("stage_seconds"))
 
     @property
     def count(self) -> int:
