@@ -228,7 +228,9 @@ class VariantRun:
     bytes when it began (``step_peak`` is counted above them);
     ``cuda``: ``max_memory_allocated``/``max_memory_reserved`` above the start; ``step_seconds``: the last
     step's compiled work, from the start of its last compiled forward call to the end of its last compiled call
-    (what a budget's recomputation slows; the script's own eager work and waits left out).
+    (what a budget's recomputation slows; the script's own eager work and waits left out); ``stage_seconds``: of
+    ``compile_seconds``, what our own stages took (:attr:`reorder.inductor.Session.stage_seconds`; None for stock
+    and Inductor's budget, which run none).
     """
 
     variant: str
@@ -248,6 +250,7 @@ class VariantRun:
     step_curve: tuple[tuple[float, int], ...] = ()
     step_base: int | None = None
     step_seconds: float | None = None
+    stage_seconds: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -285,17 +288,18 @@ class Comparison:
     def table(self) -> str:
         cuda = self.device.startswith("cuda")
         headers = ["variant", "real peak", f"against {self.reference or 'stock'}", "last step peak", "last step s",
-                   "compile s", "run s", "graphs", "fallbacks"] + (["reserved peak"] if cuda else [])
+                   "compile s", "our stages s", "run s", "graphs", "fallbacks"] + (["reserved peak"] if cuda else [])
         rows = []
         for r in self.runs:
             if not r.ok:
-                rows.append([r.variant, "failed", "-", "-", "-", "-", f"{r.wall_seconds:.1f}", "-", r.error]
+                rows.append([r.variant, "failed", "-", "-", "-", "-", "-", f"{r.wall_seconds:.1f}", "-", r.error]
                             + (["-"] if cuda else []))
                 continue
             against = self.against_reference(r)
             rows.append([r.variant, format_bytes(r.peak), "-" if against is None else f"{against:+.1%}",
                          format_bytes(r.step_peak) if r.step_peak is not None else "-",
                          "-" if r.step_seconds is None else f"{r.step_seconds:.3f}", f"{r.compile_seconds:.1f}",
+                         "-" if r.stage_seconds is None else f"{r.stage_seconds:.1f}",
                          f"{r.wall_seconds:.1f}", r.graphs, len(r.fallbacks)]
                         + ([format_bytes(r.cuda["max_memory_reserved"]) if r.cuda else "-"] if cuda else []))
         return format_table(headers, rows)
@@ -469,7 +473,8 @@ def child_main(argv: Sequence[str] | None = None) -> int:
                      dynamo_compile_seconds(),
                      wall, _graphs_compiled(), fallbacks, len(m.compiled_calls), marks, tuple(thin(m.curve)),
                      m.cuda, snapshot, last, step_curve, None if last is None else _live_before(m.curve, last),
-                     None if last is None else m.compiled_calls[-1].end - last)
+                     None if last is None else m.compiled_calls[-1].end - last,
+                     session.stage_seconds if session is not None else None)
     Path(out_path).write_text(json.dumps(asdict(run)))
     return 0
 

@@ -333,6 +333,9 @@ def test_compare_runs_every_variant_in_its_own_process_and_reports_failures_as_r
     assert list(runs) == ["stock", "slab", "guard", "budget:0.5"]
     assert runs["budget:0.5"]["error"] is None and runs["budget:0.5"]["fallbacks"] == []
     assert runs["budget:0.5"]["graphs"] >= 3
+    # what our stages took of each compile: the budget's partition, orders and guard; stock runs none of ours
+    assert runs["budget:0.5"]["stage_seconds"] > 0 and runs["slab"]["stage_seconds"] > 0
+    assert runs["stock"]["stage_seconds"] is None
     assert data["reference"] == "stock"
     assert runs["guard"]["error"].startswith("train.py raised RuntimeError: this script refuses the guard (line 10 of ")
     for name in ("stock", "slab"):

@@ -2,6 +2,7 @@
 allocation events), and the model of that code that orders a budgeted graph before the code exists (hand-built
 scheduler graphs); the real compiles are in test_budget_inductor.py and test_generated_code.py."""
 
+import dataclasses
 import logging
 from unittest.mock import patch
 
@@ -206,6 +207,34 @@ def test_a_budget_the_compiled_graphs_exceed_is_not_met_and_warns(caplog):
            "1.15 kB;" in session.summary(), session.summary()
     assert "memory budget 1,100 B is met by the partition's estimate (1,000 B) but not by the graphs Inductor " \
            "compiled from it (1,150 B)" in caplog.text
+
+
+def test_a_fraction_of_one_is_met_by_stocks_partition_whatever_its_graphs_hold_beside_stocks_estimate(caplog):
+    """``memory_budget=1.0`` asks for stock's step, and the partitioner keeps stock's partition for it: its
+    compiled graphs (here 1,150 B) lie above stock's estimate (1,100 B) as Inductor's own code does (the
+    checkpointed decoder: estimated 24.56 MB, stock measured 27.60 MB, ours at 1.0 24.98 MB), which is no budget
+    missed. Neither the check on the compiled graphs nor the meter calls it not met, and the summary says why.
+    The same bytes asked as bytes (or a later region's lower partition at 1.0) are judged as before."""
+    made = record(1100, peak=1100)
+    stocks = dataclasses.replace(made, budget=1.0, stock_peak=1100, source="inductor")
+    session = Session()
+    session.add(stocks)
+    expect_region(session, stocks.graph, RegionPlan(stocks, frozenset({"primals_1"}), frozenset({"saved"}), {}))
+    with caplog.at_level(logging.WARNING, logger="reorder"):
+        compile_both(session)
+        (amended,) = session.partitions
+        assert amended.asks_for_stock and amended.compiled_peak == 1150 and amended.feasible
+        session.measure_step(lambda: torch.ones(1000), "cpu")  # 4,000 B: still stock's partition
+    (measured,) = session.partitions
+    assert measured.feasible and measured.measured_peak == 4000 and caplog.text == ""
+    assert "met by stock's partition, which a fraction of 1 asks for (no more than stock's step; estimated step " \
+           "peak 1.10 kB -> 1.10 kB, compiled graphs 1.15 kB; the measured step 4.00 kB" in session.summary()
+    for other in (made, dataclasses.replace(stocks, source="price 1/4")):  # bytes; a partition of ours at 1.0
+        session = Session()
+        session.add(other)
+        expect_region(session, other.graph, RegionPlan(other, frozenset({"primals_1"}), frozenset({"saved"}), {}))
+        compile_both(session)
+        assert not session.partitions[0].asks_for_stock and not session.partitions[0].feasible
 
 
 def test_an_unmet_plan_stays_unmet_without_a_second_warning(caplog):

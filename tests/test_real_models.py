@@ -44,7 +44,7 @@ def test_report_cells_of_a_known_row():
     assert markdown(PEAKS, [s])[2] == ("| AlbertForQuestionAnswering | train | 34.41 | 21.52 | 20.11 | 20.10 | 19.06 |  "
                                        "| 0.934 | 0.934 | 0.886 | 1.0e-06 | 3.8e-02 |")
     assert markdown(ESTIMATES, [s])[2] == ("| AlbertForQuestionAnswering | train | 2 | 28.34 | 24.79 | 23.38 | "
-                                           "23.38 (proven) | 21.52 | 0.031 | 24.07 / 35.31 / 14.15 / 17.82 | "
+                                           "23.38 (proven) | 21.52 | 0.031 | 24.07 / 35.31 / 14.15 / 17.82 |  | "
                                            "110 / 134 | 0.85 | 7 | 0.527 |")
     assert markdown(SLAB, [s])[2] == ("| AlbertForQuestionAnswering | train | 0.934 | 1.000 |  | 0.52 | 0.52 | "
                                       "110 / 134 | -21.2 |")

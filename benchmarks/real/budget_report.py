@@ -35,6 +35,7 @@ from typing import Sequence
 from reorder.inductor.session import PartitionRecord
 
 from ..variants import load_records
+from .compile_rounds import CompileRounds, rounds_of
 from .tables import IMAGES, RESULTS, Column, cached_rows, count_of, details_with_plots, left, markdown, megabytes
 
 __all__ = ["INDUCTOR_GRID", "BudgetRow", "budget_row", "budget_rows", "budget_section", "cuda_table",
@@ -79,6 +80,7 @@ class BudgetRow:
     inductor: tuple[Point, ...]
     compiles_after_context: int
     eager_difference: float | None = None
+    compile_rounds: CompileRounds | None = None
 
     def _above(self, a: int, b: int, slack: float) -> bool:
         return a > b * (1 + slack)
@@ -222,8 +224,9 @@ def eager_difference(model: str, size: str) -> float | None:
     return json.loads(path.read_text())["difference_to_stock"].get("eager") if path.exists() else None
 
 
-def budget_row(row: dict) -> BudgetRow:
-    """A cached row (``benchmarks/real/results/budget/<model>.json``) as a :class:`BudgetRow`."""
+def budget_row(row: dict, compile_rounds: CompileRounds | None = None) -> BudgetRow:
+    """A cached row (``benchmarks/real/results/budget/<model>.json``) as a :class:`BudgetRow`; ``compile_rounds``:
+    its variants' compile seconds measured in fresh processes (:mod:`benchmarks.real.compile_rounds`)."""
     points = []
     for name, v in row["variants"].items():
         partitions = [r for r in load_records(v) if isinstance(r, PartitionRecord)]
@@ -238,7 +241,8 @@ def budget_row(row: dict) -> BudgetRow:
     return BudgetRow(row["model"], next(p for p in points if p.kind == "stock"),
                      tuple(sorted((p for p in points if p.kind == "ours"), key=by_fraction)),
                      tuple(sorted((p for p in points if p.kind == "inductor"), key=by_fraction)),
-                     row.get("compiles_after_context", 0), eager_difference(row["model"], row["size"]))
+                     row.get("compiles_after_context", 0), eager_difference(row["model"], row["size"]),
+                     compile_rounds)
 
 
 def _ms(s: float) -> str:
@@ -344,8 +348,49 @@ def plot_budget(row: BudgetRow, path: Path,
 
 
 def budget_rows(folder: Path = BUDGETS) -> list[BudgetRow]:
-    """Every cached row, by model name."""
-    return [budget_row(row) for row in cached_rows(folder)]
+    """Every cached row, by model name (the report's own rows with their compile rounds)."""
+    own = folder == BUDGETS
+    return [budget_row(row, rounds_of("budget", row["model"], "train") if own else None)
+            for row in cached_rows(folder)]
+
+
+def _budget_fraction(spec: str) -> float:
+    """The fraction of a budget variant's spec (``budget:0.467+held=...`` -> 0.467)."""
+    return float(spec.split(":", 1)[1].split("+")[0].split("x")[0])
+
+
+def _percent(x: float | None, signed: bool = True) -> str:
+    return "" if x is None else format(x, "+.0%" if signed else ".0%")
+
+
+def compile_costs(rows: Sequence[BudgetRow]) -> list[str]:
+    """What the budget costs a compile and gives a step, per row measured in compile rounds: stock's compile
+    seconds (the median of its rounds), ours at 1.0 (real peak and step time against stock's, from the row's
+    alternation; compile seconds against stock's in the same round, and of them our stages), ours at the row's
+    lowest fraction and Inductor's budget at that fraction (compile against stock's)."""
+    timed = [r for r in rows if r.compile_rounds is not None]
+    if not timed:
+        return []
+    lines = ["| model | stock compile s | rounds | ours 1.0: real peak vs stock | step vs stock | compile extra | "
+             "of it our stages | ours lowest: fraction | compile extra | of it our stages | "
+             "Inductor's at that fraction: compile extra |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in timed:
+        rounds = row.compile_rounds
+        ours = {_budget_fraction(v): v for v in rounds.ours()}
+        full, lowest = ours.get(1.0), min((f for f in ours if f < 1.0), default=None)
+        at_one = next((p for p in row.ours if p.fraction == 1.0), None)
+        theirs = next((v for v in rounds.inductors() if lowest is not None and _budget_fraction(v) == lowest), None)
+        cells = [row.model, f"{rounds.median_seconds('stock'):.1f}", str(rounds.count),
+                 "" if at_one is None else _percent(at_one.real_peak / row.stock.real_peak - 1, True),
+                 "" if at_one is None else _percent(time_ratio(at_one, row.stock) - 1, True),
+                 "" if full is None else _percent(rounds.extra(full)),
+                 "" if full is None else _percent(rounds.stages_share(full), False),
+                 "" if lowest is None else f"{lowest:g}",
+                 "" if lowest is None else _percent(rounds.extra(ours[lowest])),
+                 "" if lowest is None else _percent(rounds.stages_share(ours[lowest]), False),
+                 "" if theirs is None else _percent(rounds.extra(theirs))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def inductor_table(folder: Path = BUDGETS) -> list[str]:
@@ -434,5 +479,17 @@ def budget_section(folder: Path = BUDGETS, images: Path = IMAGES) -> list[str]:
              "of the same step as the reference, and `error vs stock's` is the largest ratio of our root mean "
              "square error against that reference to stock's.", "",
              *markdown(SUMMARY, rows), ""]
+    costs = compile_costs(rows)
+    if costs:
+        lines += ["Compile seconds in fresh processes (`python -m benchmarks.real.compile_rounds --section budget`): "
+                  "stock, ours at 1.0 and at the row's lowest fraction, and Inductor's budget at that fraction, each "
+                  "compiled once a round in a fresh process with Inductor's caches off (every graph compiled and "
+                  "every C++ kernel built), one after the other; `compile extra` is the median over rounds of a "
+                  "variant's compile seconds over stock's in the same round, and `of it our stages` what our own "
+                  "stages took (partition, order, fusion guard: the records' seconds), relative to stock's compile. "
+                  "The rest is Inductor compiling what the partition asks for: a backward that recomputes has more "
+                  "kernels to generate and build, whoever chose the partition. Real peak and step time at 1.0 "
+                  "against stock's come from the row's measurement above (the step times' median over rounds of "
+                  "their ratio in the same round).", "", *costs, ""]
     return lines + details_with_plots(rows, _detail, plot_budget, lambda r: f"budget-{r.model}.png",
                                       lambda r: f"{r.model} under a memory budget", images)

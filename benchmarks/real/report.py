@@ -25,6 +25,7 @@ from reorder.inductor.session import FallbackRecord, GuardRecord, OrderRecord, S
 
 from ..variants import load_records
 from .budget_report import budget_section
+from .compile_rounds import CompileRounds, rounds_of
 from .wild_report import wild_section
 from .dynamic_report import dynamic_section
 from .release_report import releases_section
@@ -88,8 +89,12 @@ class VariantFigures:
     step_seconds: float | None = None
 
     @classmethod
-    def of(cls, run: dict) -> VariantFigures:
-        return cls(run["real_peak"], run.get("allocations"), run["compile_seconds"], run["step_seconds"])
+    def of(cls, run: dict, compile_rounds: CompileRounds | None = None) -> VariantFigures:
+        """A variant's figures from its run; its compile seconds the median of ``compile_rounds`` where they
+        measured it (fresh processes), else the run's own."""
+        fresh = compile_rounds.median_seconds(run["variant"]) if compile_rounds is not None else None
+        return cls(run["real_peak"], run.get("allocations"), run["compile_seconds"] if fresh is None else fresh,
+                   run["step_seconds"])
 
 
 _NOT_RUN = VariantFigures(None)
@@ -130,6 +135,7 @@ class Summary:
     guard_seconds: float = 0.0
     max_difference_to_stock: float | None = None
     eager_difference_to_stock: float | None = None
+    compile_rounds: CompileRounds | None = None
 
     def run(self, variant: str) -> VariantFigures:
         """The variant's figures (all None where it did not run in this row)."""
@@ -162,8 +168,10 @@ class Summary:
         return out
 
 
-def summary(row: dict) -> Summary:
-    """The report's numbers of one cached row (either format of records, :func:`~benchmarks.variants.load_records`)."""
+def summary(row: dict, compile_rounds: CompileRounds | None = None) -> Summary:
+    """The report's numbers of one cached row (either format of records, :func:`~benchmarks.variants.load_records`);
+    ``compile_rounds``: the row's compile seconds measured in fresh processes (:mod:`benchmarks.real.compile_rounds`),
+    whose medians replace the row's own, measured in one process with the other variants."""
     v = row["variants"]
     records = {name: load_records(run) for name, run in v.items()}
     hook = records.get("hook", ())
@@ -174,7 +182,8 @@ def summary(row: dict) -> Summary:
     diffs = row["difference_to_stock"]
     return Summary(
         model=row["model"], mode=row["mode"], batch=row["batch"], parameter_bytes=row["parameter_bytes"],
-        input_bytes=row["input_bytes"], variants={n: VariantFigures.of(v[n]) for n in SUMMARIZED if n in v},
+        input_bytes=row["input_bytes"],
+        variants={n: VariantFigures.of(v[n], compile_rounds) for n in SUMMARIZED if n in v},
         graphs=len(hook_graphs) + len(records_of(hook, FallbackRecord, "order")),
         inductor_baseline_estimate=largest_estimate(hook, "inductor_baseline"),
         inductor_best_estimate=largest_estimate(hook, "inductor_best"),
@@ -193,7 +202,7 @@ def summary(row: dict) -> Summary:
         guard_seconds=sum(g.seconds for g in guard),
         max_difference_to_stock=max((d for name, d in diffs.items() if name in COMPILED and d is not None),
                                     default=None),
-        eager_difference_to_stock=diffs.get("eager"))
+        eager_difference_to_stock=diffs.get("eager"), compile_rounds=compile_rounds)
 
 
 MODEL_MODE = (left("model", lambda s: s.model), left("mode", lambda s: s.mode))
@@ -218,6 +227,14 @@ def _step_shown(s: Summary, variant: str) -> float | None:
     return None if seconds is None else round(seconds, 4)
 
 
+def _compile_extras(s: Summary) -> tuple[str, ...]:
+    """Hook, slab and guard's compile seconds over stock's, the median over the fresh processes' rounds of their
+    ratio in the same round (empty where the row has no rounds)."""
+    rounds = s.compile_rounds
+    extra = lambda v: "" if rounds is None or rounds.extra(v) is None else f"{rounds.extra(v):+.0%}"  # noqa: E731
+    return tuple(extra(v) for v in ("hook", "slab", "guard"))
+
+
 def _compile_added(s: Summary) -> float | str:
     """Slab compile seconds minus hook compile seconds, as the two are shown."""
     slab, hook = _compile_shown(s, "slab"), _compile_shown(s, "hook")
@@ -237,6 +254,7 @@ ESTIMATES = (*MODEL_MODE, Column("graphs", lambda s: s.graphs),
              left("compile s stock / hook / slab / guard",
                    lambda s: tuple(_compile_shown(s, v) for v in ("stock", "hook", "slab", "guard")),
                    lambda values: " / ".join(_blank(v) for v in values)),
+             left("compile extra hook / slab / guard", _compile_extras, lambda xs: " / ".join(xs) if any(xs) else ""),
              left("allocations stock / slab", lambda s: (s.run("stock").allocations, s.run("slab").allocations),
                    _slashed),
              Column("slab pool MB", lambda s: s.slab_pool_bytes, megabytes), Column("guard blocked", lambda s: s.guard_blocked),
@@ -411,7 +429,8 @@ def write_report(folder: Path) -> None:
     if not rows:
         print(f"no cached rows in {folder}")
         return
-    records = [summary(r) for r in rows]
+    own = folder.name == "bench"  # the report's own rows: their compile seconds were measured in fresh processes
+    records = [summary(r, rounds_of("main", r["model"], r["mode"]) if own else None) for r in rows]
     write_summaries(folder, records)
     lines = ["# Real models, real memory", "",
              "Generated by `python -m benchmarks.real` (bench size: a few layers and a small width, batch 8, "
@@ -436,7 +455,13 @@ def write_report(folder: Path) -> None:
               "Largest graph of the step (Inductor's live-bytes model): Inductor's own order (baseline), the best "
               "of Inductor's methods, and ours; the optimum column is the proven minimum (or certified bound) of that graph, recorded by "
               "`python -m benchmarks.optimum benchmarks/real/graphs/bench/*`. "
-              "Compile seconds are the first two calls minus two steady calls (a second call may still compile); step "
+              "Compile seconds are the first two calls minus two steady calls (a second call may still compile), each "
+              "variant compiled in a fresh process with Inductor's caches off, once a round, one after the other "
+              "(`python -m benchmarks.real.compile_rounds`): the median of its rounds; `compile extra` is the median "
+              "over rounds of its compile over stock's in the same round (the hook compiled without "
+              "`compare=True`, as users compile it). Rows without such rounds show the seconds of the row's own "
+              "process, where variants compiled one after the other share what the first built (a C++ kernel "
+              "of the same source is not built twice). Step "
               "seconds are the median of three later calls.", "", *markdown(ESTIMATES, records)]
     lines += _section(
         "Slab (`use(slab=True)`)",

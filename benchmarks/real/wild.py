@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +45,7 @@ import torch
 
 from reorder.measure import phase_bytes
 
+from .compile_rounds import in_rounds, run_child
 from .run import as_accurate, difference
 from .tables import RESULTS
 from .wild_step import ROWS, SIZES, build, held_outside_option, parser as step_parser, step_function, token_batches
@@ -85,19 +85,6 @@ def _held_option(held_outside: list | None) -> list[str]:
     return [held_outside_option(held_outside)] if held_outside else []
 
 
-def _run_child(command: list[str], out: Path, timeout: float) -> dict:
-    """``command`` run to its end: the JSON it wrote to ``out``, or ``{"error": ...}`` (past ``timeout`` seconds,
-    or its last line on stderr where it failed)."""
-    try:
-        ran = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"ran past {timeout} s"}
-    if ran.returncode != 0 or not out.exists():
-        lines = [line for line in ran.stderr.splitlines() if line.strip()]
-        return {"error": lines[-1] if lines else f"exit status {ran.returncode}"}
-    return json.loads(out.read_text())
-
-
 def _variant_command(row: str, variant: str, sizes: list[str], held_outside: list | None, out: Path) -> list[str]:
     """The command that measures one variant of ``row`` in a fresh process, its result written to ``out``."""
     return [sys.executable, "-m", "benchmarks.real.wild_step", "--row", row, "--variant", variant,
@@ -112,7 +99,7 @@ def run_variant(row: str, variant: str, sizes: list[str], held_outside: list[int
         out, saved = Path(tmp) / "result.json", Path(tmp) / "tensors.pt"
         command = [*_variant_command(row, variant, sizes, held_outside, out), "--tensors", str(saved)]
         t0 = time.perf_counter()
-        result = _run_child(command, out, TIMEOUT)
+        result = run_child(command, out, TIMEOUT)
         if "error" in result:
             return {"variant": variant, **result}, []
         result["process_seconds"] = time.perf_counter() - t0
@@ -127,7 +114,7 @@ def compile_once(row: str, variant: str, sizes: list[str], held_outside: list | 
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
-        result = _run_child(_variant_command(row, variant, sizes, held_outside, out), out, TIMEOUT)
+        result = run_child(_variant_command(row, variant, sizes, held_outside, out), out, TIMEOUT)
     if "error" in result:
         return {"error": result["error"]}
     return {"compile_seconds": result["compile_seconds"], "stage_seconds": stage_seconds(result.get("records", ())),
@@ -135,23 +122,16 @@ def compile_once(row: str, variant: str, sizes: list[str], held_outside: list | 
 
 
 def time_compiles(row: str, data: dict, variants: list[str], sizes: list[str], rounds: int, progress) -> dict:
-    """``variants`` compiled ``rounds`` times in fresh processes, one after the other and each once per round (the
-    round's order is ``variants``'), each budget with the ``held_outside`` its cached process had: the rounds, each
-    a mapping variant -> :func:`compile_once`'s answer. Stock must be among them: each variant is compared with
-    stock's compile in the same round."""
-    if "stock" not in variants:
-        raise ValueError("compile rounds compare every variant with stock's compile: name stock among them")
+    """``variants`` compiled ``rounds`` times in fresh processes, one after the other and each once per round
+    (:func:`benchmarks.real.compile_rounds.in_rounds`), each budget with the ``held_outside`` its cached process
+    had: the variants and the rounds, each a mapping variant -> :func:`compile_once`'s answer."""
     cached = data.get("variants", {})
-    timed = []
-    for number in range(rounds):
-        this_round = {}
-        for variant in variants:
-            held = cached.get(variant, {}).get("held_outside") if variant.startswith("budget:") else None
-            this_round[variant] = compile_once(row, variant, sizes, held or None)
-            said = this_round[variant].get("error") or f"{this_round[variant]['compile_seconds']:.1f} s"
-            progress(f"{row}: compile round {number + 1}/{rounds}, {variant}: {said}")
-        timed.append(this_round)
-    return {"variants": list(variants), "rounds": timed}
+
+    def compile_one(variant: str) -> dict:
+        held = cached.get(variant, {}).get("held_outside") if variant.startswith("budget:") else None
+        return compile_once(row, variant, sizes, held or None)
+
+    return {"variants": list(variants), "rounds": in_rounds(compile_one, list(variants), rounds, progress, row)}
 
 
 def alternate_row(row: str, variants: list[str], sizes: list[str], held_outside: dict[str, list[int]],
@@ -165,7 +145,7 @@ def alternate_row(row: str, variants: list[str], sizes: list[str], held_outside:
                    f"--rounds={rounds}", "--out", str(out), *sizes]
         if held_outside:
             command.append(f"--held-outside-of={json.dumps(held_outside)}")
-        return _run_child(command, out, ALTERNATION_TIMEOUT)
+        return run_child(command, out, ALTERNATION_TIMEOUT)
 
 
 def _stocks_held_outside(stock: dict) -> list | None:

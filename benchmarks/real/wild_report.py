@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .budget_report import OVER_BUDGET, SLOWER, BudgetRow, Point, plot_budget, round_ratio
+from .compile_rounds import CompileRounds, compile_table
 from .tables import IMAGES, RESULTS, Column, count_of, details_with_plots, left, markdown, megabytes
 
 __all__ = ["CompileRounds", "WildRow", "stage_seconds", "wild_rows", "wild_section"]
@@ -93,53 +94,6 @@ def stage_seconds(records) -> float | None:
     """The seconds our stages took in the variant's compile, as its records give them (None without records)."""
     timed = [r["seconds"] for r in records if r.get("seconds") is not None]
     return sum(timed) if timed else None
-
-
-@dataclass(frozen=True)
-class CompileRounds:
-    """A row's compile seconds measured in rounds (``wild --compile-rounds``): every variant compiled once per
-    round, each in a fresh process, one after the other. By variant, round by round: its compile seconds and our
-    stages' seconds (its records'), None where it failed that round."""
-
-    variants: tuple[str, ...]
-    seconds: dict[str, tuple[float | None, ...]]
-    stages: dict[str, tuple[float | None, ...]]
-
-    @classmethod
-    def of(cls, data: dict) -> CompileRounds:
-        rounds = data["rounds"]
-        get = lambda key: {v: tuple(r.get(v, {}).get(key) for r in rounds) for v in data["variants"]}  # noqa: E731
-        return cls(tuple(data["variants"]), get("compile_seconds"), get("stage_seconds"))
-
-    @property
-    def count(self) -> int:
-        return len(self.seconds["stock"])
-
-    def _median_over_stocks(self, values: tuple[float | None, ...]) -> float | None:
-        ratios = [value / stock for value, stock in zip(values, self.seconds["stock"])
-                  if value is not None and stock]
-        return statistics.median(ratios) if ratios else None
-
-    def extra(self, variant: str) -> float | None:
-        """What ``variant`` adds to stock's compile: the median over rounds of its seconds over stock's in the same
-        round, less one."""
-        ratio = self._median_over_stocks(self.seconds[variant])
-        return None if ratio is None else ratio - 1
-
-    def stages_share(self, variant: str) -> float | None:
-        """Our stages' seconds in ``variant``'s compile relative to stock's compile of the same round, the median
-        over rounds (None for a variant without records: stock, Inductor's)."""
-        return self._median_over_stocks(self.stages[variant])
-
-    def median_seconds(self, variant: str) -> float | None:
-        ran = [s for s in self.seconds[variant] if s is not None]
-        return statistics.median(ran) if ran else None
-
-    def ours(self) -> list[str]:
-        return [v for v in self.variants if v.startswith("budget:")]
-
-    def inductors(self) -> list[str]:
-        return [v for v in self.variants if v.startswith("inductor-budget:")]
 
 
 @dataclass(frozen=True)
@@ -299,25 +253,6 @@ SUMMARY = (left("row", lambda r: r.row), Column("stock MB", lambda r: r.stock.re
            Column("same peak alternated", lambda r: r.same_programs, lambda p: count_of(p) if p[1] else ""))
 
 
-def _compile_detail(rounds: CompileRounds | None) -> list[str]:
-    """The row's compile rounds as a table: each variant's seconds round by round, their median, the median of its
-    ratio to stock's in the same round, and our stages' share of stock's compile."""
-    if rounds is None:
-        return []
-    seconds = lambda xs: " / ".join("failed" if x is None else f"{x:.1f}" for x in xs)  # noqa: E731
-    percent = lambda x, sign: "" if x is None else format(x, "+.0%" if sign else ".0%")  # noqa: E731
-    lines = [f"Compile seconds in {rounds.count} rounds, every variant once a round in a fresh process, one after "
-             "the other:", "",
-             "| variant | compile s, by round | median s | extra over stock's (median of rounds) | "
-             "our stages, of stock's compile |", "|---|---|---:|---:|---:|"]
-    for v in rounds.variants:
-        median = rounds.median_seconds(v)
-        lines.append(f"| {v} | {seconds(rounds.seconds[v])} | {'' if median is None else f'{median:.1f}'} | "
-                     f"{'' if v == 'stock' else percent(rounds.extra(v), True)} | "
-                     f"{percent(rounds.stages_share(v), False)} |")
-    return lines + [""]
-
-
 def _detail(row: WildRow) -> list[str]:
     said = (f" The alternation failed: {row.alternation_error}; step times are the variants' own processes'."
             if row.alternation_error else
@@ -343,7 +278,7 @@ def _detail(row: WildRow) -> list[str]:
                      f"{'' if v.difference_to_stock is None else f'{v.difference_to_stock:.1e}'} | "
                      f"{'' if v.as_accurate_as_stock is None else ('yes' if v.as_accurate_as_stock else '**no**')} | "
                      f"{'' if v.kind != 'inductor' else (match.name if match else '**none**')} |")
-    return lines + [""] + _compile_detail(row.compile_rounds)
+    return lines + [""] + compile_table(row.compile_rounds)
 
 
 def plot_wild(row: WildRow, path: Path) -> bool:

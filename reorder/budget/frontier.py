@@ -74,8 +74,8 @@ from .segments import SEGMENTS, segment_boundaries
 from .step_graph import StepGraph
 from .step_peak import ORDER_METHODS, Held, StepPeak, step_peak
 
-__all__ = ["PRICES", "RESOLUTION", "SEGMENT_PRICES", "Candidate", "Choice", "Frontier", "at_larger_sizes",
-           "budget_bytes_of", "candidate_of", "frontier", "price_label", "reaching_fraction"]
+__all__ = ["PRICES", "RESOLUTION", "SEGMENT_PRICES", "STOCK_SOURCE", "Candidate", "Choice", "Frontier",
+           "at_larger_sizes", "budget_bytes_of", "candidate_of", "frontier", "price_label", "reaching_fraction"]
 
 #: Prices of recomputation tried, in bytes saved per unit of cost: None (infinite: recompute nothing), powers of
 #: two from 16 down to 2**-24 (a matrix product of inner size k frees about 2/k bytes per operation, an attention
@@ -115,9 +115,14 @@ def price_label(price: Fraction | None) -> str:
     return "inf" if price is None else str(price)
 
 
+#: The ``source`` of stock's candidate: the partition Inductor made with its own defaults.
+STOCK_SOURCE = "inductor"
+
+
 @dataclass(frozen=True)
 class Candidate:
-    """A partition with its estimated step peak; ``source`` is ``"inductor"`` or ``"price <p>"``;
+    """A partition with its estimated step peak; ``source`` is :data:`STOCK_SOURCE`, ``"price <p>"`` or another
+    partitioner's (``"inductor budget 0.5"``);
     ``scaled_peak``: its estimated step peak at larger sizes, where the frontier was given them."""
 
     partition: Partition
@@ -140,7 +145,7 @@ class Choice:
 
     @property
     def is_stock(self) -> bool:
-        return self.candidate.source == "inductor"
+        return self.candidate.source == STOCK_SOURCE
 
 
 @dataclass(frozen=True)

@@ -408,7 +408,12 @@ def amend(session: Session, plan: RegionPlan) -> None:
     At 109 of the 170 points the benchmarks recorded it equals the measured step within 16 B, and where the
     plan's estimate sits above it (a recomputing backward whose generated code writes in place and reuses
     storage the estimate counts apart), the step measures what the compiled peak says: with ``dynamic=True``
-    at 0.85, a plan of 19.14 MB, compiled graphs and step of 17.83 MB, under the budget of 18.29 MB."""
+    at 0.85, a plan of 19.14 MB, compiled graphs and step of 17.83 MB, under the budget of 18.29 MB.
+
+    Except at a fraction of 1, where stock's partition was kept (:attr:`~reorder.inductor.session.PartitionRecord.
+    asks_for_stock`): the compiled graphs are the ones stock compiles and meet it whatever they hold beside
+    stock's estimate (2,048 B above it on the decoder compiled whole), which a verdict against it would call
+    stock's own memory over budget."""
     record = plan.record
 
     def total(peaks: dict[str, int]) -> int:
@@ -417,7 +422,7 @@ def amend(session: Session, plan: RegionPlan) -> None:
     compiled = total(plan.peaks)
     modelled = total(plan.modelled) if len(plan.modelled) == 2 else None
     amended = dataclasses.replace(record, compiled_peak=compiled, modelled_peak=modelled,
-                                  feasible=compiled <= record.budget_bytes)
+                                  feasible=record.asks_for_stock or compiled <= record.budget_bytes)
     session.replace(record, amended)
     plan.record = amended
     if record.feasible and not amended.feasible:

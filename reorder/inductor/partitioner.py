@@ -70,7 +70,8 @@ import time
 from contextlib import contextmanager
 from typing import Callable
 
-from ..budget.frontier import Candidate, Frontier, at_larger_sizes, budget_bytes_of, candidate_of, frontier
+from ..budget.frontier import (STOCK_SOURCE, Candidate, Frontier, at_larger_sizes, budget_bytes_of, candidate_of,
+                               frontier)
 from ..budget.partition import partition_of
 from ..budget.step_graph import StepGraph
 from ..budget.step_peak import Held, donated_values, free_values, programs_of, step_peak
@@ -157,7 +158,7 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
                                       inputs_are_activations=inputs_are_activations,
                                       model_rewrites=self.options.model_rewrites)
         lap("joint graph")
-        stock_candidate = candidate_of(graph, _saved(graph, stock[0], num_fwd_outputs, gm), "inductor",
+        stock_candidate = candidate_of(graph, _saved(graph, stock[0], num_fwd_outputs, gm), STOCK_SOURCE,
                                        held=held)
         stock_peak = (stock_candidate.peak.peak - held_before
                       + sum(r.stock_saved_bytes * r.calls for r in earlier.values()))

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, Union
 
-from ..budget.frontier import reaching_fraction
+from ..budget.frontier import STOCK_SOURCE, reaching_fraction
 from ..budget.step_peak import Held
 from ..errors import ReorderError
 from ..report import format_bytes, format_table
@@ -559,7 +559,8 @@ class PartitionRecord(_Record):
     compiled from the partition, once our pass has ordered the region's
     backward (:mod:`~reorder.inductor.compiled_budget`; None before that, or
     where the FX graph cache served the graphs); ``feasible`` is then
-    ``compiled_peak <= budget_bytes``, whatever the plan's estimate said.
+    ``compiled_peak <= budget_bytes``, whatever the plan's estimate said,
+    except where the budget asks for stock's step (:attr:`asks_for_stock`).
     ``modelled_peak``: the same peak as the model of the generated code promised for the orders our pass kept,
     before that code existed
     (:class:`~reorder.budget.allocation_model.AllocationModel`): how far the
@@ -568,7 +569,8 @@ class PartitionRecord(_Record):
     (:meth:`Session.measure_step`), and ``outside_bytes``: what of it was
     allocated outside the compiled graphs (eager code around the region: a
     loss computed after the compiled model, its gradient); once measured,
-    ``feasible`` is ``measured_peak <= budget_bytes``, the meter's verdict.
+    ``feasible`` is ``measured_peak <= budget_bytes``, the meter's verdict,
+    with the same exception.
     ``stages``: where ``seconds`` went, ``(stage, seconds)`` in order:
     ``joint graph`` (our conversion, convolution scratch probes included),
     ``stock's estimate``, ``larger sizes`` (with dynamic shapes only: the
@@ -624,6 +626,17 @@ class PartitionRecord(_Record):
     def held(self) -> Held:
         """What the step holds beside the region, for :func:`~reorder.budget.step_peak.step_total`."""
         return Held(self.held_before, self.calls, tuple(self.held_outside), self.gradient_bytes)
+
+    @property
+    def asks_for_stock(self) -> bool:
+        """Whether the budget is a fraction of 1 and stock's partition was kept for it: a budget of stock's step,
+        met by construction. The graphs compiled are the ones stock compiles, in an order whose code the reorder
+        pass keeps at or below Inductor's own order's, so neither the compiled graphs' estimate nor the meter
+        judges them against ``budget_bytes``, stock's *estimate*, from which Inductor's own code departs too
+        (the checkpointed decoder: stock estimated at 24.56 MB measures 27.60 MB, and ours at 1.0 24.98 MB).
+        (A region after a step's first one may get a lower partition at 1.0: its fraction is of what the step
+        holds with stock's partitions of the earlier regions, and ours of them can save less.)"""
+        return isinstance(self.budget, float) and self.budget >= 1.0 and self.source == STOCK_SOURCE
 
 
 @dataclass(frozen=True)
@@ -789,7 +802,7 @@ class Session:
                      *([f"{reaching_fraction(levels[k], r.stock_peak):.3f}"] if levels else []), format_bytes(peak),
                      f"{cost / 1e9:.3g}", f"{(cost - r.stock_recomputed_flops) / 1e9:+.3g}",
                      "<- chosen" if (cost, peak) == (r.recomputed_flops, r.peak)
-                     and (k == 0) == (r.source == "inductor") else ""]
+                     and (k == 0) == (r.source == STOCK_SOURCE) else ""]
                     for k, (cost, peak) in enumerate(points)]
             table = f"{r.graph} (budget {format_bytes(r.budget_bytes)}):\n" + format_table(
                 ["fraction", *(["at twice the sizes"] if levels else []), "estimated step peak",
@@ -873,7 +886,7 @@ class Session:
                         "verdict of the whole step", "; ".join(reasons), ", ".join(options))
         for record in records:
             amended = dataclasses.replace(record, measured_peak=measured.peak, outside_bytes=outside,
-                                          feasible=measured.peak <= budget)
+                                          feasible=record.asks_for_stock or measured.peak <= budget)
             self.replace(record, amended)
             if record.feasible and not amended.feasible:
                 log.warning("reorder: %s: memory budget %s B is met by the compiled region's estimate but not by "
@@ -889,6 +902,13 @@ class Session:
 
     def _of(self, kind: type) -> list:
         return [r for r in self.records if isinstance(r, kind)]
+
+    @property
+    def stage_seconds(self) -> float:
+        """Seconds our stages took in this session's compiles, as their records give them (partitions, orders,
+        fusion guards): what the hook itself added to the compile. The rest of a compile is Inductor's own work,
+        more of it where a partition recomputes (the backward has more kernels to generate and build)."""
+        return sum(r.seconds for r in self.records if isinstance(r, (PartitionRecord, OrderRecord, GuardRecord)))
 
     @property
     def graphs(self) -> list[OrderRecord]:
@@ -1068,7 +1088,12 @@ def partition_line(r: PartitionRecord) -> str:
     if r.compiled_peak is not None:
         estimates += f", compiled graphs {format_bytes(r.compiled_peak)}"
     met = "met" if r.feasible else "NOT met"
-    if r.measured_peak is not None:
+    if r.asks_for_stock:
+        measured = ("" if r.measured_peak is None else f"; the measured step {format_bytes(r.measured_peak)}, of "
+                    f"which {format_bytes(r.outside_bytes or 0)} allocated outside the compiled graphs")
+        verdict = (f"met by stock's partition, which a fraction of 1 asks for (no more than stock's step; "
+                   f"{estimates}{measured})")
+    elif r.measured_peak is not None:
         verdict = (f"{met} by the measured step ({format_bytes(r.measured_peak)}, of which "
                    f"{format_bytes(r.outside_bytes or 0)} allocated outside the compiled graphs; {estimates})")
     else:

@@ -1,0 +1,94 @@
+"""One real-model row compiled under one variant in this process, for its compile seconds: the child of
+:mod:`benchmarks.real.compile_rounds`.
+
+    python -m benchmarks.real.compile_once MODEL MODE SPEC --out RESULT.json [--size bench]
+
+``MODEL`` is a name of :data:`benchmarks.real.models.MODELS`, built as the benchmark builds it (seeded, so every
+process compiles the same model); ``SPEC`` a variant of ``reorder compare`` (``stock``, ``hook``, ``slab``,
+``guard``, ``budget:0.5``, ``budget:1+held=0:0/40980556/8;1:0/4/4``, ``inductor-budget:0.5``:
+:class:`reorder.compare.Variant`). Inductor's caches are off, so every graph is compiled and every C++ kernel built
+in a cache folder of its own (``force_disable_caches``), as in a first compile on a new machine. The step is the
+benchmark's (:func:`benchmarks.real.run.step_function`; training: forward and loss, ``backward()``, an eager SGD
+step). The result file holds ``compile_seconds`` as the main table defines them (the first two calls minus two
+steady calls: a second call may still compile), Dynamo's own count of its compile seconds, what our stages took
+(:attr:`reorder.inductor.Session.stage_seconds`; None without the hook), and one step's real peak
+(:func:`reorder.measure.measure`), which tells that the program compiled is the one the benchmark's row measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+__all__ = ["compile_here", "main"]
+
+#: Steady calls after the first two; their median is the steady step.
+STEADY_CALLS = 3
+
+
+def compile_here(model_name: str, mode: str, spec: str, size: str = "bench") -> dict:
+    """Compile and run ``model_name``'s step under the variant ``spec`` in this process: its compile seconds, our
+    stages' seconds and its real peak (see the module's docstring)."""
+    from torch._inductor import config
+
+    from reorder.compare import Variant, dynamo_compile_seconds
+    from reorder.measure import measure
+
+    from .models import build
+    from .run import step_function
+
+    config.force_disable_caches = True
+    model, inputs = build(model_name, size, mode)
+    train = mode == "train"
+    fn = torch.compile(step_function(model, mode))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3) if train else None
+
+    def step():
+        if not train:
+            with torch.no_grad():
+                return fn(inputs)
+        optimizer.zero_grad(set_to_none=True)
+        loss = fn(inputs)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    def timed() -> float:
+        t0 = time.perf_counter()
+        step()
+        return time.perf_counter() - t0
+
+    with Variant.parse(spec).context() as session:
+        first_two = timed() + timed()  # the second call may still compile: inside the variant's context too
+    steady = statistics.median(timed() for _ in range(STEADY_CALLS))
+    if train:
+        optimizer.zero_grad(set_to_none=True)
+    return {"model": model_name, "mode": mode, "variant": spec, "torch": torch.__version__,
+            "compile_seconds": max(0.0, first_two - 2 * steady), "dynamo_compile_seconds": dynamo_compile_seconds(),
+            "stage_seconds": None if session is None else session.stage_seconds,
+            "fallbacks": [] if session is None else [f"{f.stage} in {f.graph}: {f.reason}" for f in session.fallbacks],
+            "step_seconds": steady, "real_peak": measure(step, "cpu").peak}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .models import MODELS, SIZES
+
+    p = argparse.ArgumentParser(prog="python -m benchmarks.real.compile_once", description=__doc__.splitlines()[0])
+    p.add_argument("model", choices=sorted(MODELS))
+    p.add_argument("mode", choices=("infer", "train"))
+    p.add_argument("variant", help="a variant of reorder compare: stock, hook, slab, guard, budget:F, ...")
+    p.add_argument("--size", choices=SIZES, default="bench")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    args.out.write_text(json.dumps(compile_here(args.model, args.mode, args.variant, args.size)) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
