@@ -27,10 +27,11 @@ from .zoo import make
 #: The timed variants, then the one whose records give each graph's peaks and seconds (Inductor's and ours).
 TIMED: tuple[Variant, ...] = (
     stock(),
-    hooked("hook", "reorder.inductor.use(): our pass, Inductor's own peak pass off"),
-    hooked("hook_and_inductor", "reorder.inductor.use(keep_inductor_pass=True)", keep_inductor_pass=True),
+    hooked("hook", "reorder.inductor.use(memory_budget=None): our pass, Inductor's own peak pass off"),
+    hooked("hook_and_inductor", "reorder.inductor.use(keep_inductor_pass=True, memory_budget=None)",
+           keep_inductor_pass=True),
 )
-COMPARED = hooked("compared", "reorder.inductor.use(compare=True)", compare=True)
+COMPARED = hooked("compared", "reorder.inductor.use(compare=True, memory_budget=None)", compare=True)
 
 
 def step(name: str, batch: int, variant: Variant):

@@ -95,8 +95,9 @@ CASES: dict[str, Callable[[], tuple[Callable, tuple, dict]]] = {
 
 VARIANTS: tuple[Variant, ...] = (
     stock(),
-    hooked("without", "reorder.inductor.use(): the reorder pass alone"),
-    hooked("with", "reorder.inductor.use(fusion_guard=True): the reorder pass and the fusion guard", fusion_guard=True),
+    hooked("without", "reorder.inductor.use(memory_budget=None): the reorder pass alone"),
+    hooked("with", "reorder.inductor.use(fusion_guard=True, memory_budget=None): the reorder pass and the fusion "
+           "guard", fusion_guard=True),
 )
 
 

@@ -79,8 +79,8 @@ def inductor_pools(changes: tuple[tuple[str, object], ...], training: bool) -> I
 
 VARIANTS: tuple[Variant, ...] = (
     stock(description="plain torch.compile"),
-    hooked("reorder", "reorder.inductor.use(): our order, Inductor's allocation"),
-    hooked("slab", "reorder.inductor.use(slab=True): our order and our pools", slab=True),
+    hooked("reorder", "reorder.inductor.use(memory_budget=None): our order, Inductor's allocation"),
+    hooked("slab", "reorder.inductor.use(slab=True, memory_budget=None): our order and our pools", slab=True),
     Variant("inductor_pools", "Inductor's own memory_planning=True, forced on in training", inductor_pools,
             (("memory_planning", True),)),
 )

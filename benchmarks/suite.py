@@ -60,7 +60,7 @@ def capture(model: str, mode: str, batch: int, cache: Path) -> list[str]:
     torch._dynamo.reset()
     net, inputs = make(model, batch)
     with tempfile.TemporaryDirectory() as tmp:
-        with inductor.use(capture_dir=tmp):
+        with inductor.use(capture_dir=tmp, memory_budget=None):
             compiled = torch.compile(net)
             if mode == "infer":
                 net.eval()

@@ -607,7 +607,8 @@ def cmd_capture(args: argparse.Namespace) -> int:
 
     found, rest = split_script_args(args.script_args, {"--out": True})  # --out is accepted after the script too
     out = Path(found.get("--out", args.out))
-    with inductor.use(capture_dir=out) as session:
+    # without a budget: the graphs as Inductor partitions and fuses them (the budget's guard refuses fusions)
+    with inductor.use(capture_dir=out, memory_budget=None) as session:
         run_script(args.script, rest)
     for fallback in session.fallbacks:
         print(f"not captured: {fallback.graph}: {fallback.reason}", file=sys.stderr)

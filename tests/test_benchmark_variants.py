@@ -1,6 +1,7 @@
 """The benchmarks' one harness: variants as values, their contexts, and the records read back from results."""
 
 import contextlib
+import dataclasses
 import json
 from pathlib import Path
 
@@ -63,12 +64,15 @@ def test_eager_neither_compiles_nor_records():
 
 def test_hook_variants_are_values_of_their_options():
     guard = hooked("guard", "with the guard", fusion_guard=True, fusion_slack_bytes=1024)
-    assert guard.config == HookOptions(fusion_guard=True, fusion_slack_bytes=1024)
+    # without a budget unless one is named: the columns of our order, pools and guard were measured so
+    assert guard.config == HookOptions(fusion_guard=True, fusion_slack_bytes=1024, memory_budget=None)
+    assert hooked("ours", "a budget", memory_budget=0.5).config == HookOptions(memory_budget=0.5)
     assert guard == hooked("guard", "with the guard", fusion_guard=True, fusion_slack_bytes=1024)
     assert hash(guard) == hash(hooked("guard", "with the guard", fusion_guard=True, fusion_slack_bytes=1024))
     assert guard != hooked("guard", "with the guard", fusion_guard=True)
     capturing = guard.with_hook(capture_dir="/tmp/x")
-    assert capturing.config == HookOptions(fusion_guard=True, fusion_slack_bytes=1024, capture_dir=Path("/tmp/x"))
+    assert capturing.config == HookOptions(fusion_guard=True, fusion_slack_bytes=1024, capture_dir=Path("/tmp/x"),
+                                           memory_budget=None)
     assert guard.config.capture_dir is None  # the original value is untouched
 
 
@@ -95,11 +99,14 @@ def test_stock_changes_are_inductor_config_patched_for_the_block_only():
 
 def test_each_benchmark_runs_its_variants_from_the_one_harness():
     assert [v.name for v in fusion_guard.VARIANTS] == ["stock", "without", "with"]
-    assert [v.config for v in fusion_guard.VARIANTS[1:]] == [HookOptions(), HookOptions(fusion_guard=True)]
+    unbudgeted = HookOptions(memory_budget=None)
+    assert [v.config for v in fusion_guard.VARIANTS[1:]] == [
+        unbudgeted, dataclasses.replace(unbudgeted, fusion_guard=True)]
     assert [v.name for v in slab.VARIANTS] == ["stock", "reorder", "slab", "inductor_pools"]
-    assert slab.VARIANTS[2].config == HookOptions(slab=True)
-    assert [v.config for v in compile_overhead.TIMED[1:]] == [HookOptions(), HookOptions(keep_inductor_pass=True)]
-    assert compile_overhead.COMPARED.config == HookOptions(compare=True)
+    assert slab.VARIANTS[2].config == dataclasses.replace(unbudgeted, slab=True)
+    assert [v.config for v in compile_overhead.TIMED[1:]] == [
+        unbudgeted, dataclasses.replace(unbudgeted, keep_inductor_pass=True)]
+    assert compile_overhead.COMPARED.config == dataclasses.replace(unbudgeted, compare=True)
 
 
 def test_inductor_pools_forces_planning_in_training_and_restores_everything():

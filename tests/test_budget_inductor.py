@@ -171,7 +171,9 @@ def test_install_sets_the_partitioner_and_uninstall_restores_it():
     with hook.use(memory_budget=0.5):
         assert isinstance(config.custom_partitioner_fn, BudgetPartitioner)
     assert config.custom_partitioner_fn is None
-    with hook.use():  # no budget: Inductor partitions
+    with hook.use():  # the default budget, 1.0: stock's partition, through ours
+        assert isinstance(config.custom_partitioner_fn, BudgetPartitioner)
+    with hook.use(memory_budget=None):  # no budget: Inductor partitions
         assert config.custom_partitioner_fn is None
 
 
@@ -185,17 +187,39 @@ def test_a_partitioner_the_user_set_is_not_replaced(config_patch):
     assert config.custom_partitioner_fn is users and config._post_fusion_custom_pass is None  # nothing installed
 
 
+def test_a_partitioner_the_user_set_stays_under_the_default_budget(config_patch, caplog):
+    """``use()``'s default budget, 1.0, asks for the partition the compile makes without us: where the user set
+    their own partitioner, that is theirs, so it stays (and so do Inductor's choices: the budget's guard judges
+    only the regions it partitions, and there are none), and the session says so; nothing is raised."""
+    import torch._inductor.config as config
+
+    users = BudgetPartitioner.__new__(BudgetPartitioner)
+    config_patch(config, custom_partitioner_fn=users)
+    with caplog.at_level(logging.INFO, logger="reorder"), hook.use() as session:
+        assert config.custom_partitioner_fn is users and config.inductor_choices_class is None
+        assert config._post_fusion_custom_pass is not None  # our order still runs
+    ((graph, stage, reason),) = [(f.graph, f.stage, f.reason) for f in session.fallbacks]
+    assert (graph, stage) == ("every region", "partition")
+    assert reason.startswith("a partitioner is already set (config.custom_partitioner_fn=") and \
+        reason.endswith("memory_budget=1.0 asks for the partition the compile makes without us: it stays, and no "
+                        "region is budgeted") and reason in caplog.text
+    assert f"fallback (partition) in every region: {reason}" in session.summary()
+    with pytest.raises(ReorderError, match="memory_budget=0.99: Inductor's partitioner is already set"):
+        hook.install(memory_budget=0.99)  # a budget of its own replaces nothing either: it is refused
+
+
 def test_a_budget_turns_the_fusion_guard_on_unless_told_otherwise():
     import torch._inductor.config as config
 
     assert HookOptions(memory_budget=0.5).guards_fusions and HookOptions(memory_budget=1 << 20).guards_fusions
-    assert not HookOptions().guards_fusions and HookOptions(fusion_guard=True).guards_fusions
+    assert HookOptions().guards_fusions  # the default budget of 1.0 guards the graphs it partitions
+    assert not HookOptions(memory_budget=None).guards_fusions and HookOptions(fusion_guard=True).guards_fusions
     assert not HookOptions(memory_budget=0.5, fusion_guard=False).guards_fusions
     with pytest.raises(ReorderError, match=r"fusion_guard='yes': expected True or False \(or None"):
         HookOptions(fusion_guard="yes")
     with hook.use(memory_budget=0.5):
         assert config.inductor_choices_class().hold_unfused_peak  # the peak the budget's estimate assumed
-    with hook.use(fusion_guard=True):
+    with hook.use(fusion_guard=True, memory_budget=None):
         assert not config.inductor_choices_class().hold_unfused_peak
     with hook.use(memory_budget=0.5, fusion_guard=False):
         assert config.inductor_choices_class is None
@@ -930,6 +954,50 @@ def test_three_budgets_lower_the_real_peak_with_the_same_numbers(name):
         peaks.append(peak)
     assert all(b <= a * 1.005 for a, b in zip(peaks, peaks[1:]))  # never higher as the budget falls
     assert peaks[-1] < 0.9 * peaks[0], peaks  # the residual CNN: 0.88 of stock's real peak at 0.5
+
+
+@pytest.mark.slow
+def test_use_keeps_stocks_partition_of_a_training_step_and_guards_only_the_graphs_it_partitioned(fresh_compiles):
+    """``use()`` with its defaults: the training step's region gets stock's partition through ours (a budget of
+    1.0, met by it), its forward and backward are ordered by the model of their code and judged by the fusion
+    guard, the step measures at most stock's real peak with stock's numbers up to rounding; an inference graph
+    compiled in the same block is ordered as without a budget, and neither partitioned nor guarded."""
+    from helpers import assert_close_to_eager
+
+    from reorder.measure import measure
+
+    model, x = small("transformer")
+    head = nn.Sequential(nn.Linear(32, 16), nn.GELU(), nn.Linear(16, 32))
+
+    def step(fn):
+        torch.manual_seed(1)
+        model.zero_grad(set_to_none=True)
+        loss = fn(x).square().mean()
+        loss.backward()
+        return [loss.detach(), *(p.grad.clone() for p in model.parameters())]
+
+    stock = torch.compile(model)
+    expected = step(stock)
+    stock_peak = measure(lambda: step(stock), "cpu").peak
+    torch._dynamo.reset()
+    with hook.use() as session:
+        ours = torch.compile(model)
+        got = step(ours)
+        with torch.no_grad():
+            inferred = torch.compile(head)(x)
+    (record,) = session.partitions
+    assert record.budget == 1.0 and record.source == "inductor" and record.asks_for_stock and record.feasible
+    assert record.compiled_peak is not None and session.fallbacks == []
+    region = record.graph.rsplit("_joint_", 1)[0]
+    trained = sorted(g.graph for g in session.graphs if g.graph.startswith(region + "_"))
+    assert [name.split("_")[-2] for name in trained] == ["backward", "forward"]
+    assert sorted(g.graph for g in session.guards) == trained  # the inference graph is Inductor's to fuse
+    assert len(session.graphs) == 3  # ... and ours to order
+    for what, mine, theirs in zip(["loss", *(n for n, _ in model.named_parameters())], got, expected, strict=True):
+        assert_close_to_eager(mine, theirs, what)
+    with torch.no_grad():
+        assert_close_to_eager(inferred, head(x), "inference output")
+    assert measure(lambda: step(ours), "cpu").peak <= stock_peak
 
 
 @pytest.mark.slow

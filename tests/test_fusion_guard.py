@@ -32,7 +32,8 @@ def test_uuid_changes_with_the_guards_options_and_enters_inductors_cache_key():
             assert isinstance(guard, FusionGuard) and guard.slack_bytes == slack
             assert guard.session_token == session.token
             keys.append(config.save_config_portable()["inductor_choices_class"])
-    assert keys == [FusionGuard().uuid(), FusionGuard(HookOptions(fusion_slack_bytes=4096)).uuid()]
+    assert keys == [FusionGuard(HookOptions(fusion_guard=True)).uuid(),  # under use()'s default budget of 1.0
+                    FusionGuard(HookOptions(fusion_guard=True, fusion_slack_bytes=4096)).uuid()]
     assert config.inductor_choices_class is None  # restored exactly
 
 
@@ -150,7 +151,7 @@ def test_rises_within_the_slack_add_up_unless_the_unfused_peak_is_held(hold, all
     scheduler = FakeScheduler(graph.node_names)
     options = HookOptions(fusion_slack_bytes=MB, fusion_slack_fraction=0.0, memory_budget=0.5 if hold else None)
     guard = FusionGuard(options)
-    view = guard._view = _SchedulerView(scheduler)
+    view = guard._view = _SchedulerView(scheduler, hold=hold)  # as in a graph of a region the budget partitioned
     view.base, view.base_of_op = graph, {name: v for v, name in enumerate(graph.node_names)}
     view.rank = list(range(graph.num_nodes))  # the unfused peak (3 MB) the guard finds itself
     answers = []

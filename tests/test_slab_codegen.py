@@ -75,9 +75,11 @@ def test_the_slab_option_is_in_the_uuid_and_uninstall_restores_the_wrapper_pass(
 
     original = vars(PythonWrapperCodegen)["run_wrapper_ir_passes"]
     before = config._post_fusion_custom_pass
-    with hook.use():
+    with hook.use(memory_budget=None):
         plain_uuid = config._post_fusion_custom_pass.uuid()
         assert vars(PythonWrapperCodegen)["run_wrapper_ir_passes"] is original
+    with hook.use():  # the default budget's check reads what the generated code allocates
+        assert vars(PythonWrapperCodegen)["run_wrapper_ir_passes"] is not original
     with hook.use(slab=True):
         patched = vars(PythonWrapperCodegen)["run_wrapper_ir_passes"]
         assert patched is not original and patched.__wrapped__ is original

@@ -4,9 +4,10 @@
     python -m benchmarks.real.compile_once MODEL MODE SPEC --out RESULT.json [--size bench]
 
 ``MODEL`` is a name of :data:`benchmarks.real.models.MODELS`, built as the benchmark builds it (seeded, so every
-process compiles the same model); ``SPEC`` a variant of ``reorder compare`` (``stock``, ``hook``, ``slab``,
-``guard``, ``budget:0.5``, ``budget:1+held=0:0/40980556/8;1:0/4/4``, ``inductor-budget:0.5``:
-:class:`reorder.compare.Variant`). Inductor's caches are off, so every graph is compiled and every C++ kernel built
+process compiles the same model); ``SPEC`` a column of the main table (``stock``, ``hook``, ``slab``, ``guard``:
+:data:`benchmarks.real.variants.VARIANTS`, without a memory budget, the hook without ``compare=True``, whose
+figures are the report's and not a user's compile) or else a variant of ``reorder compare`` (``budget:0.5``,
+``budget:1+held=0:0/40980556/8;1:0/4/4``, ``inductor-budget:0.5``: :class:`reorder.compare.Variant`). Inductor's caches are off, so every graph is compiled and every C++ kernel built
 in a cache folder of its own (``force_disable_caches``), as in a first compile on a new machine. The step is the
 benchmark's (:func:`benchmarks.real.run.step_function`; training: forward and loss, ``backward()``, an eager SGD
 step). The result file holds ``compile_seconds`` as the main table defines them (the first two calls minus two
@@ -18,6 +19,7 @@ steady calls: a second call may still compile), Dynamo's own count of its compil
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -25,6 +27,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from reorder.inductor.session import HookOptions
 
 __all__ = ["compile_here", "main"]
 
@@ -64,7 +68,7 @@ def compile_here(model_name: str, mode: str, spec: str, size: str = "bench") -> 
         step()
         return time.perf_counter() - t0
 
-    with Variant.parse(spec).context() as session:
+    with _context(spec, train) as session:
         first_two = timed() + timed()  # the second call may still compile: inside the variant's context too
     steady = statistics.median(timed() for _ in range(STEADY_CALLS))
     if train:
@@ -74,6 +78,20 @@ def compile_here(model_name: str, mode: str, spec: str, size: str = "bench") -> 
             "stage_seconds": None if session is None else session.stage_seconds,
             "fallbacks": [] if session is None else [f"{f.stage} in {f.graph}: {f.reason}" for f in session.fallbacks],
             "step_seconds": steady, "real_peak": measure(step, "cpu").peak}
+
+
+def _context(spec: str, train: bool):
+    """The context ``spec`` compiles in (see the module's docstring); it yields the hook's session or None."""
+    from reorder.compare import Variant
+
+    from .variants import VARIANTS
+
+    column = next((v for v in VARIANTS if v.name == spec and v.compiled), None)
+    if column is None:
+        return Variant.parse(spec).context()
+    if isinstance(column.config, HookOptions):
+        column = dataclasses.replace(column, config=dataclasses.replace(column.config, compare=False))
+    return column.enter(train)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ and every kernel built), one after the other, for ``--rounds`` rounds; the repor
 stock's compile of the same round by the median over rounds of their ratio (:class:`CompileRounds`).
 
 Sections (:func:`variants_of`): ``main``, the main table's compiled variants (stock, and our hook, slab and
-guard as ``reorder compare`` names them) in both modes; ``budget``, each training row's stock, our budget at 1.0
+guard as its columns compile them, without a memory budget) in both modes; ``budget``, each training row's stock, our budget at 1.0
 and at the row's lowest fraction (``benchmarks/real/results/budget/``), and Inductor's budget at that fraction,
 with the ``held_outside`` the budget's row gave ours. Rows are cached in
 ``benchmarks/real/results/compile/<section>/<model>_<mode>.json`` after every round (an interrupted run goes on
@@ -43,7 +43,7 @@ COMPILE = RESULTS / "compile"
 SECTIONS = ("main", "budget")
 ROUNDS = 2
 
-#: The main table's compiled variants, by ``reorder compare``'s names.
+#: The main table's compiled variants, by its columns' names (:data:`benchmarks.real.variants.VARIANTS`).
 MAIN_VARIANTS = ("stock", "hook", "slab", "guard")
 
 #: Seconds one compile may take before it counts as failed.

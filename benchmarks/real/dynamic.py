@@ -9,10 +9,10 @@ sizes. Per row and size, the real allocated peak (:func:`reorder.measure.measure
 one call) of
 
 * **stock**: ``torch.compile(step, dynamic=True)``, compiled once;
-* **hook**: the same under ``reorder.inductor.use(compare=True)`` (our order;
+* **hook**: the same under ``reorder.inductor.use(compare=True, memory_budget=None)`` (our order;
   its graphs are written to ``benchmarks/real/graphs/dynamic/<model>_<mode>/``
   in our format, symbols and ranges included);
-* **slab**: the same under ``use(slab=True)`` (our order, our pools, their
+* **slab**: the same under ``use(slab=True, memory_budget=None)`` (our order, our pools, their
   offsets expressions in the size symbols);
 * **static slab** (the reference): ``use(slab=True)`` compiled for that one
   size (``dynamic=False``), a fresh compile per size;
@@ -143,10 +143,10 @@ def _context(variant: str, capture_dir: Path | None):
     if variant == "stock":
         return contextlib.nullcontext()
     if variant == "hook":
-        return inductor.use(compare=True, capture_dir=capture_dir)
+        return inductor.use(compare=True, capture_dir=capture_dir, memory_budget=None)
     if variant == "budget":
         return inductor.use(memory_budget=BUDGET)
-    return inductor.use(slab=True)
+    return inductor.use(slab=True, memory_budget=None)
 
 
 def _compiled_once(base, mode: str, variant: str, sizes, inputs_at, capture: Path | None = None):

@@ -438,7 +438,9 @@ def write_report(folder: Path) -> None:
              "(`reorder.measure`, from the profiler's memory events), bytes allocated above the start of one "
              "call of the step, all variants of a row in the same process on the same inputs. A training step "
              "is the compiled forward and loss, `loss.backward()` and an eager `SGD.step()`.", "",
-             "Variants: **eager**; **stock** `torch.compile`; **hook** `reorder.inductor.use()` (our order); "
+             "Variants: **eager**; **stock** `torch.compile`; **hook** `reorder.inductor.use(memory_budget=None)` (our "
+             "order; `use()` itself, whose default budget of 1.0 also orders a training step by the code Inductor "
+             "generates and guards its fusions, is the budget section's point at 1.0); "
              "**slab** `use(slab=True)` (our order and our pools); **guard** `use(fusion_guard=True)` (our order "
              "and our fusion guard); **pools** Inductor's own `config.memory_planning=True` (inference only).", "",
              "How each option models Inductor, and the history of each fix behind these figures (what measured "

@@ -13,15 +13,17 @@ from ..variants import Variant, eager, hooked, stock
 __all__ = ["HOOK", "NO_LAYOUT_OPTIMIZATION", "VARIANTS", "Variant"]
 
 #: Our order, with Inductor's own methods compared on every graph (the report's estimates come from its records).
-HOOK = hooked("hook", "torch.compile with reorder.inductor.use(compare=True)", compare=True, **NAMED["hook"])
+HOOK = hooked("hook", "torch.compile with reorder.inductor.use(memory_budget=None, compare=True)", compare=True,
+             **NAMED["hook"])
 
 VARIANTS: tuple[Variant, ...] = (
     eager(),
     stock(),
     HOOK,
-    hooked("slab", "torch.compile with reorder.inductor.use(slab=True): our order and our pools", **NAMED["slab"]),
-    hooked("guard", "torch.compile with reorder.inductor.use(fusion_guard=True): our order and our fusion guard",
-           **NAMED["guard"]),
+    hooked("slab", "torch.compile with reorder.inductor.use(slab=True, memory_budget=None): our order and our pools",
+           **NAMED["slab"]),
+    hooked("guard", "torch.compile with reorder.inductor.use(fusion_guard=True, memory_budget=None): our order and "
+           "our fusion guard", **NAMED["guard"]),
     stock("memory_planning", "torch.compile with Inductor's config.memory_planning=True (its own pools)",
           training=False, memory_planning=True),
 )

@@ -8,7 +8,8 @@
 * :mod:`~reorder.inductor.fusion_guard`: :class:`FusionGuard`, the ``InductorChoices`` that blocks
   fusions raising the peak (``use(fusion_guard=True)``).
 * :mod:`~reorder.inductor.partitioner`: :class:`BudgetPartitioner`, what the backward recomputes for a
-  budget on a training step's peak (``use(memory_budget=...)``); :mod:`~reorder.inductor.joint_adapter`,
+  budget on a training step's peak (``use(memory_budget=...)``; 1.0 by default: stock's partition, its two
+  graphs ordered by the code Inductor generates and guarded); :mod:`~reorder.inductor.joint_adapter`,
   AOTAutograd's joint graph -> :class:`~reorder.budget.step_graph.StepGraph`.
 * :mod:`~reorder.inductor.figures`: Inductor's own figures (torch's ``memory.py`` on our graphs or on real nodes).
 * :mod:`~reorder.inductor.capture`: writing compiled graphs and Inductor's figures to files.

@@ -78,6 +78,7 @@ from ..fusion import (CONFIRM_METHODS, PeakProfile, fused_graph, fusion_peak, ra
                       should_block)
 from ..schedulers import RECHECK_METHODS, reorder_for_peak_memory
 from .adapter import graph_being_compiled, graph_from_scheduler
+from .compiled_budget import partitioned
 from .session import GuardRecord, HookOptions, Session, SessionBound, source_hash
 
 __all__ = ["FusionGuard", "choices_factory", "finish_guard", "forget_cached_choices", "users_choices_handler"]
@@ -95,11 +96,16 @@ def _inductor_choices_base():
 
 
 class _SchedulerView:
-    """The guard's picture of one scheduler: its first node list as our graph, and the current fused list."""
+    """The guard's picture of one scheduler: its first node list as our graph, and the current fused list;
+    ``judged``: whether the guard judges this graph's fusions at all (else it allows every one, as stock, and
+    records nothing); ``hold``: whether the unfused list's peak plus the slack is a ceiling (``hold_unfused_peak``,
+    in a graph of a region the memory budget partitioned)."""
 
-    def __init__(self, scheduler):
+    def __init__(self, scheduler, judged: bool = True, hold: bool = False):
         self.scheduler = weakref.ref(scheduler)
         self.graph_name = graph_being_compiled()
+        self.judged = judged
+        self.hold = hold
         self.checks = 0
         self.blocked: list[dict] = []
         self.avoided_by_reordering = 0
@@ -172,8 +178,12 @@ class FusionGuard(_inductor_choices_base(), SessionBound):
         of a few hundred bytes on a peak of megabytes is below what the
         estimate can promise, and blocking it costs a kernel) and, with a
         ``memory_budget``, also blocks every rise above the unfused list's
-        peak plus the slack, however small (``hold_unfused_peak``; see the
-        module docstring).
+        peak plus the slack, however small, in the graphs of the regions the
+        budget partitioned (``hold_unfused_peak``; see the module docstring).
+        With ``fusion_guard`` None (the budget's guard) those are the only
+        graphs it judges; with ``fusion_guard=True`` it judges every graph.
+        Default: ``HookOptions(fusion_guard=True, memory_budget=None)``, a
+        guard of every graph without a budget.
     session: the :class:`~reorder.inductor.session.Session` that gets one
         :class:`~reorder.inductor.session.GuardRecord` per graph (None: none is kept).
     max_work: the guard's effort per graph, in window steps and rebuilt
@@ -192,7 +202,7 @@ class FusionGuard(_inductor_choices_base(), SessionBound):
         super().__init__()
         if isinstance(max_work, bool) or not isinstance(max_work, int) or max_work < 0:
             raise ReorderError(f"fusion guard: max_work={max_work!r} must be an int >= 0")
-        self.options = options if options is not None else HookOptions()
+        self.options = options if options is not None else HookOptions(fusion_guard=True, memory_budget=None)
         self.max_work = max_work
         self.bind(session)
         self.fresh()
@@ -211,8 +221,17 @@ class FusionGuard(_inductor_choices_base(), SessionBound):
 
     @property
     def hold_unfused_peak(self) -> bool:
-        """Under a memory budget: no fusion may rise above the unfused list's peak plus the slack."""
+        """Under a memory budget: in the graphs it partitioned, no fusion may rise above the unfused list's peak
+        plus the slack."""
         return self.options.memory_budget is not None
+
+    def view_of(self, scheduler) -> _SchedulerView:
+        """A new picture of ``scheduler``: judged where ``fusion_guard=True`` asks for every graph or where the
+        budget partitioned the graph's region (:func:`~reorder.inductor.compiled_budget.partitioned`), which is
+        then held at its unfused peak; a graph of neither (inference, under the budget's own guard) is left to
+        Inductor."""
+        held = self.hold_unfused_peak and partitioned(self.session, graph_being_compiled())
+        return _SchedulerView(scheduler, bool(self.options.fusion_guard) or held, held)
 
     def uuid(self) -> str:
         """Stable across processes: our sources and the options that change which fusions happen."""
@@ -231,8 +250,8 @@ class FusionGuard(_inductor_choices_base(), SessionBound):
         """Our answer for a fusion Inductor allows: False only when it raises the peak beyond the slack."""
         view = self._view
         if view is None or view.scheduler() is not scheduler:
-            view = self._view = _SchedulerView(scheduler)
-        if view.failed is not None:
+            view = self._view = self.view_of(scheduler)
+        if not view.judged or view.failed is not None:
             return True
         try:
             return self._decide(view, node1, node2)
@@ -297,22 +316,25 @@ class FusionGuard(_inductor_choices_base(), SessionBound):
         The unfused list's peak is the one the confirming methods find (computed once per graph), the methods a
         rise is confirmed with: a lower peak that only ``exact`` reaches would block fusions whose confirmed
         peaks merely match the unfused list's."""
-        if not self.hold_unfused_peak:
+        if not view.hold:
             return None
         if view.unfused_peak is None:
             view.unfused_peak = view.confirmed_peak(view.base)
         return view.unfused_peak + int(max(self.slack_bytes, self.slack_fraction * view.unfused_peak))
 
-    def finish(self, scheduler, graph: str) -> GuardRecord:
+    def finish(self, scheduler, graph: str) -> GuardRecord | None:
         """Close the record of ``scheduler``'s graph (its fusions are done) and add it to the session.
 
         A graph the guard was never asked about gets a record too, with
-        ``checks=0``, so every graph compiled under the guard has one.
+        ``checks=0``, so every graph the guard judges has one; a graph it does
+        not judge (:meth:`view_of`) has none (None).
         """
         view = self._view
         if view is None or view.scheduler() is not scheduler:
-            view = _SchedulerView(scheduler)
+            view = self.view_of(scheduler)
         self._view = None
+        if not view.judged:
+            return None
         record = view.record(graph)
         session = self.session
         if session is not None:

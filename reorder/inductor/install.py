@@ -44,7 +44,7 @@ from .partitioner import BudgetPartitioner
 from .releases import hook_refusal
 from .reorder_pass import ReorderPass
 from .scalar_aliases import ScalarAliases
-from .session import FallbackRecord, HookOptions, Session
+from .session import FallbackRecord, HookOptions, Session, asks_for_stocks_step
 
 __all__ = ["install", "uninstall", "use"]
 
@@ -79,8 +79,12 @@ def install(options: HookOptions | None = None, **fields) -> Session:
     name raises :class:`~reorder.errors.ReorderError` listing the valid ones.
     ``fusion_guard=True`` refuses (:class:`~reorder.errors.ReorderError`) to
     replace a choices class the user already set (the guard a memory budget
-    turns on by itself gives way to it, with a warning), and ``memory_budget``
-    a partitioner (``config.custom_partitioner_fn``) the user already set.
+    turns on by itself gives way to it, with a warning), and a ``memory_budget``
+    below 1.0 or in bytes a partitioner (``config.custom_partitioner_fn``) the
+    user already set; at 1.0 (the default), which asks for the partition the
+    compile makes without us, the user's partitioner stays, no region is
+    budgeted, and the session holds a :class:`FallbackRecord` (stage
+    ``"partition"``) that says so.
 
     Under a torch release the hook is not tested with
     (:mod:`~reorder.inductor.releases`) it changes nothing: it logs one
@@ -100,8 +104,20 @@ def install(options: HookOptions | None = None, **fields) -> Session:
     from torch._inductor.custom_graph_pass import get_custom_graph_passes
 
     saved = {key: getattr(config, key) for key in _KEYS}
+    partitions = options.memory_budget is not None
+    kept_partitioner = None
+    if partitions and saved["custom_partitioner_fn"] is not None:
+        if not asks_for_stocks_step(options.memory_budget):
+            raise ReorderError(f"hook option memory_budget={options.memory_budget!r}: Inductor's partitioner is "
+                               f"already set (config.custom_partitioner_fn={saved['custom_partitioner_fn']!r}); the "
+                               f"budget partitioner would replace it")
+        partitions = False
+        kept_partitioner = (f"a partitioner is already set (config.custom_partitioner_fn="
+                            f"{saved['custom_partitioner_fn']!r}), and memory_budget=1.0 asks for the partition the "
+                            f"compile makes without us: it stays, and no region is budgeted")
+        log.info("reorder: %s", kept_partitioner)
     users_choices = saved["inductor_choices_class"] or users_choices_handler()
-    guard = options.guards_fusions
+    guard = options.fusion_guard if options.fusion_guard is not None else partitions
     if guard and users_choices is not None:
         if options.fusion_guard:
             raise ReorderError(f"hook option fusion_guard=True: Inductor's choices are already set "
@@ -109,16 +125,14 @@ def install(options: HookOptions | None = None, **fields) -> Session:
         log.warning("reorder: the fusion guard that a memory budget turns on is off: Inductor's choices are "
                     "already set (%r); real peaks may then exceed the budget's estimate", users_choices)
         guard = False
-    if options.memory_budget is not None and saved["custom_partitioner_fn"] is not None:
-        raise ReorderError(f"hook option memory_budget={options.memory_budget!r}: Inductor's partitioner is already "
-                           f"set (config.custom_partitioner_fn={saved['custom_partitioner_fn']!r}); the budget "
-                           f"partitioner would replace it")
     session = Session(options)
     session.note_cache_hits(fx_graph_cache_hits())
+    if kept_partitioner is not None:
+        session.add(FallbackRecord(graph="every region", stage="partition", reason=kept_partitioner))
     runs_inductors = bool(saved["reorder_for_peak_memory"])
     reorder_pass = ReorderPass(session, previous=saved["_post_fusion_custom_pass"],
                                inductor_fallback=runs_inductors and not options.keep_inductor_pass)
-    codegen = bool(options.slab or options.memory_budget is not None or guard)
+    codegen = bool(options.slab or partitions or guard)
     if codegen:
         install_codegen()
     _installed.set((*_installed.get(), _Installation(session, saved, codegen=codegen)))
@@ -132,7 +146,7 @@ def install(options: HookOptions | None = None, **fields) -> Session:
     if guard:
         config.inductor_choices_class = choices_factory(session)
         forget_cached_choices()
-    if options.memory_budget is not None:
+    if partitions:
         config.custom_partitioner_fn = BudgetPartitioner(session)
     joint_passes = get_custom_graph_passes(saved["joint_custom_post_pass"])
     if options.scalar_aliases and not any(isinstance(p, ScalarAliases) for p in joint_passes):
