@@ -3,7 +3,7 @@
     python -m benchmarks.compile_overhead [--models resnet,inception,densenet,gpt] [--batch 2]
 
 For each model: compile-and-first-step wall time with stock Inductor, with
-``reorder.inductor.use()`` (the default: Inductor's own peak pass off, no
+``reorder.inductor.use(memory_budget=None)`` (Inductor's own peak pass off, no
 comparison), and with ``use(keep_inductor_pass=True)``; plus, from a run with
 ``compare=True``, per compiled graph Inductor's best peak against ours and the
 seconds each side spent. Caches are disabled so

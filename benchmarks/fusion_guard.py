@@ -4,8 +4,9 @@
                                       [--out report/fusion_guard.md] [--cache report/fusion_guard]
 
 Each workload is compiled three times, caches off, once per value of
-:data:`VARIANTS`: stock Inductor, ``reorder.inductor.use()`` (the reorder
-pass, "without"), and ``use(fusion_guard=True)`` ("with"); the estimates
+:data:`VARIANTS`: stock Inductor, ``reorder.inductor.use(memory_budget=None)``
+(the reorder pass, "without"), and ``use(fusion_guard=True, memory_budget=None)``
+("with"); the estimates
 and the guard's figures come from each compile's session records. The real peak of one call comes from
 :func:`reorder.measure.measure` on each of the three, in the same process;
 the step time is the median of calls of the "without" and "with" programs

@@ -8,8 +8,8 @@ For every zoo model, an inference step (``no_grad``) and a training step
 variants compiled from the same weights and inputs, caches off:
 
 * ``stock``: plain ``torch.compile``;
-* ``reorder``: ``reorder.inductor.use()`` (our order, Inductor's allocation);
-* ``slab``: ``reorder.inductor.use(slab=True)``;
+* ``reorder``: ``reorder.inductor.use(memory_budget=None)`` (our order, Inductor's allocation);
+* ``slab``: ``reorder.inductor.use(slab=True, memory_budget=None)``;
 * ``inductor_pools``: Inductor's own ``memory_planning=True`` (in training,
   where Inductor switches it off, forced on for this comparison).
 

@@ -44,8 +44,9 @@ from .script import script_path
 __all__ = ["VARIANTS", "Comparison", "Variant", "parse_variants", "VariantRun", "align_times", "compare",
            "draw_comparison", "dynamo_compile_seconds", "plot_comparison", "thin", "ties"]
 
-#: The named variants, each one's hook options (None: stock ``torch.compile``, nothing of ours installed); the
-#: command line's default, and the hook options the benchmarks' columns of the same names use.
+#: The named variants, each one's hook options (None: stock ``torch.compile``, nothing of ours installed), over
+#: ``use()``'s defaults (a training step budgeted at 1.0); the command line's default. The benchmarks' columns of
+#: the same names take these options without a budget (:func:`benchmarks.variants.hooked`), as they were measured.
 VARIANTS: dict[str, dict | None] = {
     "stock": None,
     "hook": {},

@@ -180,7 +180,7 @@ def test_install_sets_the_partitioner_and_uninstall_restores_it():
 def test_a_partitioner_the_user_set_is_not_replaced(config_patch):
     import torch._inductor.config as config
 
-    users = BudgetPartitioner.__new__(BudgetPartitioner)
+    users = min_cut_rematerialization_partition  # a partitioner of the user's own (one of ours would be replaced)
     config_patch(config, custom_partitioner_fn=users)
     with pytest.raises(ReorderError, match="memory_budget=0.5: Inductor's partitioner is already set"):
         hook.install(memory_budget=0.5)
@@ -193,7 +193,7 @@ def test_a_partitioner_the_user_set_stays_under_the_default_budget(config_patch,
     only the regions it partitions, and there are none), and the session says so; nothing is raised."""
     import torch._inductor.config as config
 
-    users = BudgetPartitioner.__new__(BudgetPartitioner)
+    users = min_cut_rematerialization_partition  # a partitioner of the user's own (one of ours would be replaced)
     config_patch(config, custom_partitioner_fn=users)
     with caplog.at_level(logging.INFO, logger="reorder"), hook.use() as session:
         assert config.custom_partitioner_fn is users and config.inductor_choices_class is None
@@ -206,6 +206,27 @@ def test_a_partitioner_the_user_set_stays_under_the_default_budget(config_patch,
     assert f"fallback (partition) in every region: {reason}" in session.summary()
     with pytest.raises(ReorderError, match="memory_budget=0.99: Inductor's partitioner is already set"):
         hook.install(memory_budget=0.99)  # a budget of its own replaces nothing either: it is refused
+
+
+def test_an_installation_inside_another_replaces_its_partitioner_and_guard_for_its_block():
+    """``use()`` inside ``use()`` (the default budget's partitioner and guard are set by the outer one): a budget
+    of the inner's own, its guard, or none of either holds in its block, and the outer's come back after it.
+    Not the user's: nothing is refused and no fallback is recorded."""
+    import torch._inductor.config as config
+
+    with hook.use() as outer:
+        partitioner, choices = config.custom_partitioner_fn, config.inductor_choices_class
+        assert partitioner.session is outer
+        with hook.use(memory_budget=0.5) as inner:
+            assert config.custom_partitioner_fn.session is inner and config.inductor_choices_class is not choices
+        with hook.use(fusion_guard=True, memory_budget=None) as inner:
+            assert config.custom_partitioner_fn is None and config.inductor_choices_class is not choices
+        with hook.use(memory_budget=None) as inner:
+            assert config.custom_partitioner_fn is None and config.inductor_choices_class is None
+        with hook.use(slab=True) as inner:
+            assert config.custom_partitioner_fn.session is inner and inner.fallbacks == []
+        assert (config.custom_partitioner_fn, config.inductor_choices_class) == (partitioner, choices)
+    assert config.custom_partitioner_fn is None and config.inductor_choices_class is None
 
 
 def test_a_budget_turns_the_fusion_guard_on_unless_told_otherwise():

@@ -5,9 +5,10 @@ import json
 
 import pytest
 
-from benchmarks.real import compile_rounds
+from benchmarks.real import compile_report
 from benchmarks.real.budget_report import budget_row, compile_costs
-from benchmarks.real.compile_rounds import CompileRounds, held_spec, measure_rows, variants_of
+from benchmarks.real.compile_report import CompileRounds
+from benchmarks.real.compile_rounds import held_spec, measure_rows, variants_of
 from benchmarks.real.report import ESTIMATES, markdown, summary
 from test_real_models import budget_cached, cached
 
@@ -40,7 +41,7 @@ def test_a_budget_rows_variants_are_stock_ours_at_one_and_at_its_lowest_and_indu
 
 
 def test_rounds_are_cached_as_they_finish_resumed_and_measured_anew_when_asked(tmp_path, monkeypatch):
-    monkeypatch.setattr(compile_rounds, "COMPILE", tmp_path)
+    monkeypatch.setattr(compile_report, "COMPILE", tmp_path)
     compiled, stop_at = [], [6]
 
     def compile_one(model, mode, variant):

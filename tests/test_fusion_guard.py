@@ -1,5 +1,6 @@
 """The fusion guard inside Inductor: cache identity, the never-fail promise, its records, and real peaks (slow)."""
 
+import dataclasses
 import logging
 
 import pytest
@@ -12,7 +13,7 @@ from helpers import assert_close_to_eager
 from reorder import inductor as hook
 from reorder.errors import ReorderError
 from reorder.inductor.fusion_guard import FusionGuard
-from reorder.inductor.session import HookOptions, Session
+from reorder.inductor.session import FallbackRecord, HookOptions, Session
 from reorder.measure import measure
 
 
@@ -21,9 +22,12 @@ def test_uuid_changes_with_the_guards_options_and_enters_inductors_cache_key():
 
     base = FusionGuard().uuid()
     assert FusionGuard().uuid() == base
-    assert len({base, FusionGuard(HookOptions(fusion_slack_bytes=4096)).uuid(),
-                FusionGuard(HookOptions(fusion_slack_fraction=0.05)).uuid(), FusionGuard(max_work=10).uuid(),
-                FusionGuard(HookOptions(memory_budget=0.5)).uuid()}) == 5
+    unbudgeted = HookOptions(fusion_guard=True, memory_budget=None)  # what FusionGuard() takes
+    assert FusionGuard(unbudgeted).uuid() == base
+    assert len({base, FusionGuard(dataclasses.replace(unbudgeted, fusion_slack_bytes=4096)).uuid(),
+                FusionGuard(dataclasses.replace(unbudgeted, fusion_slack_fraction=0.05)).uuid(),
+                FusionGuard(max_work=10).uuid(),
+                FusionGuard(dataclasses.replace(unbudgeted, memory_budget=0.5)).uuid()}) == 5
     assert config.inductor_choices_class is None
     keys = []
     for slack in (0, 4096):
@@ -75,7 +79,7 @@ def test_the_guard_does_not_replace_a_users_choices_class():
     with V.set_choices_handler(UsersHeuristics()):
         with pytest.raises(ReorderError, match="already set"):
             hook.install(fusion_guard=True)
-        with hook.use():  # without the guard, their handler stays
+        with hook.use():  # the budget's own guard gives way to their handler, which stays
             assert isinstance(V.choices, UsersHeuristics)
         assert isinstance(V.choices, UsersHeuristics)
 
@@ -94,6 +98,40 @@ def test_a_failing_guard_allows_the_fusion_warns_once_and_records_why(caplog):
     assert len([r for r in caplog.records if "fusion guard off" in r.getMessage()]) == 1
     [record] = [guard.finish(scheduler, "g")]
     assert session.guards == [record] and record.graph == "g" and "Error" in record.failed
+
+
+def test_the_budgets_own_guard_judges_the_graphs_of_the_regions_it_partitioned_and_holds_their_peak(monkeypatch):
+    """With ``fusion_guard`` left None the guard is the budget's: it judges (and holds at the unfused peak) the
+    forward and backward of a region the partitioner chose for, whichever region of the step; not a region whose
+    partition fell back to Inductor's (it has no record), nor an inference graph, which it leaves to Inductor
+    with no record. ``fusion_guard=True`` judges every graph, holding only the partitioned ones'."""
+    import reorder.inductor.fusion_guard as fusion_guard
+    from test_compiled_budget import record
+
+    session = Session()
+    for region in ("model__0", "model__4"):  # a step's first region and a later one (a loss compiled apart)
+        session.add(dataclasses.replace(record(1000), graph=f"{region}_joint_{region[-1]}"))
+    session.add(FallbackRecord("model__7_joint_20", "partition", "RuntimeError: no frontier today"))
+    judged = {}
+    for fusion_guard_option in (None, True):
+        guard = FusionGuard(HookOptions(fusion_guard=fusion_guard_option), session=session)
+        for name in ("model__0_forward_1", "model__0_backward_3", "model__4_backward_17", "model__7_forward_21",
+                     "model__2_inference_5", "graph"):
+            monkeypatch.setattr(fusion_guard, "graph_being_compiled", lambda name=name: name)
+            view = guard.view_of(NotAScheduler())
+            judged[fusion_guard_option, name] = (view.judged, view.hold)
+            assert guard.allows(NotAScheduler(), object(), object()) is True  # judged or not: never fails
+    held = {("model__0_forward_1", (True, True)), ("model__0_backward_3", (True, True)),
+            ("model__4_backward_17", (True, True))}
+    assert {(n, v) for (o, n), v in judged.items() if o is None and v[0]} == held
+    assert {n for (o, n), v in judged.items() if o is None and not v[0]} == {"model__7_forward_21",
+                                                                             "model__2_inference_5", "graph"}
+    assert {(n, v) for (o, n), v in judged.items() if o is True} == held | {
+        (n, (True, False)) for n in ("model__7_forward_21", "model__2_inference_5", "graph")}
+    monkeypatch.setattr(fusion_guard, "graph_being_compiled", lambda: "model__2_inference_5")
+    guard = FusionGuard(HookOptions(), session=session)
+    assert guard.finish(NotAScheduler(), "model__2_inference_5") is None  # not judged: no record
+    assert session.guards == []
 
 
 def test_a_graph_the_guard_was_never_asked_about_still_gets_a_record():

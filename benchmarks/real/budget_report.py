@@ -35,7 +35,7 @@ from typing import Sequence
 from reorder.inductor.session import PartitionRecord
 
 from ..variants import load_records
-from .compile_rounds import CompileRounds, rounds_of
+from .compile_report import CompileRounds, percent, rounds_of
 from .tables import IMAGES, RESULTS, Column, cached_rows, count_of, details_with_plots, left, markdown, megabytes
 
 __all__ = ["INDUCTOR_GRID", "BudgetRow", "budget_row", "budget_rows", "budget_section", "cuda_table",
@@ -355,12 +355,12 @@ def budget_rows(folder: Path = BUDGETS) -> list[BudgetRow]:
 
 
 def _budget_fraction(spec: str) -> float:
-    """The fraction of a budget variant's spec (``budget:0.467+held=...`` -> 0.467)."""
-    return float(spec.split(":", 1)[1].split("+")[0].split("x")[0])
+    """The fraction a variant of ours or Inductor's asks for (``budget:0.467+held=...``, ``inductor-budget:0.467``
+    -> 0.467), as ``reorder compare`` reads its spec."""
+    from reorder.compare import Variant
 
-
-def _percent(x: float | None, signed: bool = True) -> str:
-    return "" if x is None else format(x, "+.0%" if signed else ".0%")
+    variant = Variant.parse(spec)
+    return variant.hook["memory_budget"] if variant.hook else dict(variant.functorch)["activation_memory_budget"]
 
 
 def compile_costs(rows: Sequence[BudgetRow]) -> list[str]:
@@ -380,15 +380,16 @@ def compile_costs(rows: Sequence[BudgetRow]) -> list[str]:
         full, lowest = ours.get(1.0), min((f for f in ours if f < 1.0), default=None)
         at_one = next((p for p in row.ours if p.fraction == 1.0), None)
         theirs = next((v for v in rounds.inductors() if lowest is not None and _budget_fraction(v) == lowest), None)
-        cells = [row.model, f"{rounds.median_seconds('stock'):.1f}", str(rounds.count),
-                 "" if at_one is None else _percent(at_one.real_peak / row.stock.real_peak - 1, True),
-                 "" if at_one is None else _percent(time_ratio(at_one, row.stock) - 1, True),
-                 "" if full is None else _percent(rounds.extra(full)),
-                 "" if full is None else _percent(rounds.stages_share(full), False),
+        stock = rounds.median_seconds("stock")
+        cells = [row.model, "failed" if stock is None else f"{stock:.1f}", str(rounds.count),
+                 "" if at_one is None else percent(at_one.real_peak / row.stock.real_peak - 1, True),
+                 "" if at_one is None else percent(time_ratio(at_one, row.stock) - 1, True),
+                 "" if full is None else percent(rounds.extra(full)),
+                 "" if full is None else percent(rounds.stages_share(full), False),
                  "" if lowest is None else f"{lowest:g}",
-                 "" if lowest is None else _percent(rounds.extra(ours[lowest])),
-                 "" if lowest is None else _percent(rounds.stages_share(ours[lowest]), False),
-                 "" if theirs is None else _percent(rounds.extra(theirs))]
+                 "" if lowest is None else percent(rounds.extra(ours[lowest])),
+                 "" if lowest is None else percent(rounds.stages_share(ours[lowest]), False),
+                 "" if theirs is None else percent(rounds.extra(theirs))]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

@@ -41,7 +41,7 @@ def compile_here(model_name: str, mode: str, spec: str, size: str = "bench") -> 
     stages' seconds and its real peak (see the module's docstring)."""
     from torch._inductor import config
 
-    from reorder.compare import Variant, dynamo_compile_seconds
+    from reorder.compare import dynamo_compile_seconds
     from reorder.measure import measure
 
     from .models import build

@@ -24,20 +24,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .compile_report import row_path
 from .tables import RESULTS
 
-__all__ = ["COMPILE", "SECTIONS", "CompileRounds", "compile_table", "in_rounds", "main", "measure_rows",
-           "rounds_of", "variants_of"]
-
-COMPILE = RESULTS / "compile"
+__all__ = ["SECTIONS", "compile_fresh", "held_spec", "in_rounds", "main", "measure_rows", "run_child",
+           "variants_of"]
 
 #: The sections whose rows are timed, and the rounds a row gets by default.
 SECTIONS = ("main", "budget")
@@ -48,72 +45,6 @@ MAIN_VARIANTS = ("stock", "hook", "slab", "guard")
 
 #: Seconds one compile may take before it counts as failed.
 TIMEOUT = 1800
-
-
-@dataclass(frozen=True)
-class CompileRounds:
-    """A row's compile seconds measured in rounds: every variant compiled once per round, each in a fresh process,
-    one after the other. By variant, round by round: its compile seconds and our stages' seconds (its records'),
-    None where it failed that round."""
-
-    variants: tuple[str, ...]
-    seconds: dict[str, tuple[float | None, ...]]
-    stages: dict[str, tuple[float | None, ...]]
-
-    @classmethod
-    def of(cls, data: dict) -> CompileRounds:
-        rounds = data["rounds"]
-        get = lambda key: {v: tuple(r.get(v, {}).get(key) for r in rounds) for v in data["variants"]}  # noqa: E731
-        return cls(tuple(data["variants"]), get("compile_seconds"), get("stage_seconds"))
-
-    @property
-    def count(self) -> int:
-        return len(self.seconds["stock"])
-
-    def _median_over_stocks(self, values: tuple[float | None, ...]) -> float | None:
-        ratios = [value / stock for value, stock in zip(values, self.seconds["stock"])
-                  if value is not None and stock]
-        return statistics.median(ratios) if ratios else None
-
-    def extra(self, variant: str) -> float | None:
-        """What ``variant`` adds to stock's compile: the median over rounds of its seconds over stock's in the same
-        round, less one."""
-        ratio = self._median_over_stocks(self.seconds[variant])
-        return None if ratio is None else ratio - 1
-
-    def stages_share(self, variant: str) -> float | None:
-        """Our stages' seconds in ``variant``'s compile relative to stock's compile of the same round, the median
-        over rounds (None for a variant without records: stock, Inductor's)."""
-        return self._median_over_stocks(self.stages[variant])
-
-    def median_seconds(self, variant: str) -> float | None:
-        ran = [s for s in self.seconds.get(variant, ()) if s is not None]
-        return statistics.median(ran) if ran else None
-
-    def ours(self) -> list[str]:
-        return [v for v in self.variants if v.startswith("budget:")]
-
-    def inductors(self) -> list[str]:
-        return [v for v in self.variants if v.startswith("inductor-budget:")]
-
-
-def compile_table(rounds: CompileRounds | None) -> list[str]:
-    """A row's compile rounds as a table: each variant's seconds round by round, their median, the median of its
-    ratio to stock's in the same round, and our stages' share of stock's compile."""
-    if rounds is None:
-        return []
-    seconds = lambda xs: " / ".join("failed" if x is None else f"{x:.1f}" for x in xs)  # noqa: E731
-    percent = lambda x, sign: "" if x is None else format(x, "+.0%" if sign else ".0%")  # noqa: E731
-    lines = [f"Compile seconds in {rounds.count} rounds, every variant once a round in a fresh process, one after "
-             "the other:", "",
-             "| variant | compile s, by round | median s | extra over stock's (median of rounds) | "
-             "our stages, of stock's compile |", "|---|---|---:|---:|---:|"]
-    for v in rounds.variants:
-        median = rounds.median_seconds(v)
-        lines.append(f"| {v} | {seconds(rounds.seconds[v])} | {'' if median is None else f'{median:.1f}'} | "
-                     f"{'' if v == 'stock' else percent(rounds.extra(v), True)} | "
-                     f"{percent(rounds.stages_share(v), False)} |")
-    return lines + [""]
 
 
 def in_rounds(compile_one: Callable[[str], dict], variants: list[str], rounds: int, progress: Callable[[str], None],
@@ -189,36 +120,25 @@ def variants_of(section: str, model: str, mode: str) -> list[str] | None:
     return ["stock", *ours] + ([f"inductor-budget:{lowest:g}"] if lowest < 1 else [])
 
 
-def _path(section: str, model: str, mode: str) -> Path:
-    return COMPILE / section / f"{model}_{mode}.json"
-
-
-def rounds_of(section: str, model: str, mode: str, folder: Path | None = None) -> CompileRounds | None:
-    """The cached compile rounds of a row of ``section`` (None where none were measured)."""
-    path = (folder / f"{model}_{mode}.json") if folder is not None else _path(section, model, mode)
-    if not path.exists():
-        return None
-    data = json.loads(path.read_text())
-    return CompileRounds.of(data) if data.get("rounds") else None
-
-
 def measure_rows(section: str, models: list[str], modes: list[str], rounds: int, again: bool,
                  progress: Callable[[str], None],
                  compile_one: Callable[[str, str, str], dict] = compile_fresh) -> None:
     """Every row of ``section`` among ``models`` x ``modes`` compiled in ``rounds`` rounds (:func:`in_rounds`),
-    cached after each round; a cached row with the same variants keeps its rounds and gets only the missing ones
-    (all of them anew with ``again``)."""
+    cached after each round; a cached row with the same variants under the same torch release keeps its rounds and
+    gets only the missing ones (all of them anew with ``again``)."""
+    import torch
+
     for model in models:
         for mode in modes:
             variants = variants_of(section, model, mode)
             if variants is None:
                 continue
-            path = _path(section, model, mode)
+            path = row_path(section, model, mode)
             cached = json.loads(path.read_text()) if path.exists() else {}
-            done = [] if again or cached.get("variants") != variants else cached.get("rounds", [])
+            same = cached.get("variants") == variants and cached.get("torch") == torch.__version__
+            done = cached.get("rounds", []) if same and not again else []
             if len(done) >= rounds:
                 continue
-            import torch
 
             def write(timed: list[dict], model=model, mode=mode, variants=variants, path=path) -> None:
                 path.parent.mkdir(parents=True, exist_ok=True)

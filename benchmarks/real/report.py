@@ -25,7 +25,7 @@ from reorder.inductor.session import FallbackRecord, GuardRecord, OrderRecord, S
 
 from ..variants import load_records
 from .budget_report import budget_section
-from .compile_rounds import CompileRounds, rounds_of
+from .compile_report import CompileRounds, percent, rounds_of
 from .wild_report import wild_section
 from .dynamic_report import dynamic_section
 from .release_report import releases_section
@@ -231,8 +231,7 @@ def _compile_extras(s: Summary) -> tuple[str, ...]:
     """Hook, slab and guard's compile seconds over stock's, the median over the fresh processes' rounds of their
     ratio in the same round (empty where the row has no rounds)."""
     rounds = s.compile_rounds
-    extra = lambda v: "" if rounds is None or rounds.extra(v) is None else f"{rounds.extra(v):+.0%}"  # noqa: E731
-    return tuple(extra(v) for v in ("hook", "slab", "guard"))
+    return tuple("" if rounds is None else percent(rounds.extra(v)) for v in ("hook", "slab", "guard"))
 
 
 def _compile_added(s: Summary) -> float | str:
@@ -442,7 +441,7 @@ def write_report(folder: Path) -> None:
              "order; `use()` itself, whose default budget of 1.0 also orders a training step by the code Inductor "
              "generates and guards its fusions, is the budget section's point at 1.0); "
              "**slab** `use(slab=True)` (our order and our pools); **guard** `use(fusion_guard=True)` (our order "
-             "and our fusion guard); **pools** Inductor's own `config.memory_planning=True` (inference only).", "",
+             "and our fusion guard), both without a budget too; **pools** Inductor's own `config.memory_planning=True` (inference only).", "",
              "How each option models Inductor, and the history of each fix behind these figures (what measured "
              "wrong, what changed, the figures after): [measured.md](measured.md).", "",
              "## Real allocated peak (MB) per variant", "", *markdown(PEAKS, records)]

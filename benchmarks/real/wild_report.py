@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .budget_report import OVER_BUDGET, SLOWER, BudgetRow, Point, plot_budget, round_ratio
-from .compile_rounds import CompileRounds, compile_table
+from .compile_report import CompileRounds, compile_table
 from .tables import IMAGES, RESULTS, Column, count_of, details_with_plots, left, markdown, megabytes
 
 __all__ = ["CompileRounds", "WildRow", "stage_seconds", "wild_rows", "wild_section"]

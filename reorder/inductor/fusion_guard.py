@@ -52,11 +52,17 @@ Promises: **never fail the compile** (any error in the guard allows the
 fusion, as stock would, with one WARNING on the ``reorder`` logger per
 guard); **deterministic** (the work is a count: window steps and rebuilt
 nodes; past ``max_work`` per graph the guard allows everything and says so
-in the record). Every graph compiled under the guard adds one
+in the record). Every graph the guard judges (:meth:`FusionGuard.view_of`:
+each with ``fusion_guard=True``, else the forward and backward of a region
+the memory budget partitioned) adds one
 :class:`~reorder.inductor.session.GuardRecord` to the guard's session, also
 a graph where Inductor asked about no fusion (``checks=0``): the code
 generation hook, which runs once fusion and our order are done, closes it
-(:func:`finish_guard`).
+(:func:`finish_guard`). Which graphs it judges depends on what the
+partitioner did in the session, which Inductor's FX graph cache key does not
+see: a region whose partition fell back to Inductor's is compiled unguarded,
+and a cache entry may then serve a guarded compile of the same graph with
+that compile's fusions (either is a correct program of it).
 Each blocked fusion is logged at DEBUG.
 
 Inductor builds its choices object from ``config.inductor_choices_class``

@@ -39,7 +39,7 @@ from typing import Iterator
 from ..errors import ReorderError
 from .adapter import fx_graph_cache_hits
 from .codegen_hook import install_codegen, uninstall_codegen
-from .fusion_guard import choices_factory, forget_cached_choices, users_choices_handler
+from .fusion_guard import choices_factory, forget_cached_choices, guard_for, users_choices_handler
 from .partitioner import BudgetPartitioner
 from .releases import hook_refusal
 from .reorder_pass import ReorderPass
@@ -104,26 +104,30 @@ def install(options: HookOptions | None = None, **fields) -> Session:
     from torch._inductor.custom_graph_pass import get_custom_graph_passes
 
     saved = {key: getattr(config, key) for key in _KEYS}
+    users_partitioner = None if _enclosing(saved["custom_partitioner_fn"]) else saved["custom_partitioner_fn"]
     partitions = options.memory_budget is not None
     kept_partitioner = None
-    if partitions and saved["custom_partitioner_fn"] is not None:
+    if partitions and users_partitioner is not None:
         if not asks_for_stocks_step(options.memory_budget):
             raise ReorderError(f"hook option memory_budget={options.memory_budget!r}: Inductor's partitioner is "
-                               f"already set (config.custom_partitioner_fn={saved['custom_partitioner_fn']!r}); the "
-                               f"budget partitioner would replace it")
+                               f"already set (config.custom_partitioner_fn={users_partitioner!r}); the budget "
+                               f"partitioner would replace it")
         partitions = False
-        kept_partitioner = (f"a partitioner is already set (config.custom_partitioner_fn="
-                            f"{saved['custom_partitioner_fn']!r}), and memory_budget=1.0 asks for the partition the "
-                            f"compile makes without us: it stays, and no region is budgeted")
+        kept_partitioner = (f"a partitioner is already set (config.custom_partitioner_fn={users_partitioner!r}), "
+                            f"and memory_budget=1.0 asks for the partition the compile makes without us: it stays, "
+                            f"and no region is budgeted")
         log.info("reorder: %s", kept_partitioner)
-    users_choices = saved["inductor_choices_class"] or users_choices_handler()
-    guard = options.fusion_guard if options.fusion_guard is not None else partitions
+    users_choices = (None if _enclosing(saved["inductor_choices_class"]) else saved["inductor_choices_class"]) \
+        or users_choices_handler()
+    guard = options.guards_fusions and (partitions or bool(options.fusion_guard))
     if guard and users_choices is not None:
         if options.fusion_guard:
             raise ReorderError(f"hook option fusion_guard=True: Inductor's choices are already set "
                                f"({users_choices!r}); the guard would replace them")
-        log.warning("reorder: the fusion guard that a memory budget turns on is off: Inductor's choices are "
-                    "already set (%r); real peaks may then exceed the budget's estimate", users_choices)
+        # at 1.0 (the default) the verdict does not rest on the guard: nothing to warn about
+        log.log(logging.INFO if asks_for_stocks_step(options.memory_budget) else logging.WARNING,
+                "reorder: the fusion guard that a memory budget turns on is off: Inductor's choices are already set "
+                "(%r); real peaks may then exceed the budget's estimate", users_choices)
         guard = False
     session = Session(options)
     session.note_cache_hits(fx_graph_cache_hits())
@@ -143,15 +147,21 @@ def install(options: HookOptions | None = None, **fields) -> Session:
         if not saved["force_disable_caches"]:
             log.info("reorder: Inductor's caches are off while capturing (a cache hit would skip the pass)")
         config.force_disable_caches = True
-    if guard:
-        config.inductor_choices_class = choices_factory(session)
+    if guard or _enclosing(saved["inductor_choices_class"]):  # ours, or none for the block: not the outer one's
+        config.inductor_choices_class = choices_factory(session) if guard else None
         forget_cached_choices()
-    if partitions:
-        config.custom_partitioner_fn = BudgetPartitioner(session)
+    if partitions or _enclosing(saved["custom_partitioner_fn"]):
+        config.custom_partitioner_fn = BudgetPartitioner(session) if partitions else None
     joint_passes = get_custom_graph_passes(saved["joint_custom_post_pass"])
     if options.scalar_aliases and not any(isinstance(p, ScalarAliases) for p in joint_passes):
         config.joint_custom_post_pass = [*joint_passes, ScalarAliases()]
     return session
+
+
+def _enclosing(value) -> bool:
+    """Whether a configuration value is an enclosing installation's of ours (its budget partitioner or its guard's
+    factory), which an installation inside it replaces for its block (and uninstall puts back), not the user's."""
+    return isinstance(value, BudgetPartitioner) or getattr(value, "func", None) is guard_for
 
 
 def uninstall() -> Session | None:
