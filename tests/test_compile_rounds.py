@@ -9,7 +9,7 @@ from benchmarks.real import compile_report
 from benchmarks.real.budget_report import budget_row, compile_costs
 from benchmarks.real.compile_report import CompileRounds
 from benchmarks.real.compile_rounds import held_spec, measure_rows, variants_of
-from benchmarks.real.report import ESTIMATES, markdown, summary
+from benchmarks.real.report import ESTIMATES, _round_counts, markdown, summary
 from test_real_models import budget_cached, cached
 
 
@@ -82,6 +82,12 @@ def test_the_main_tables_compile_seconds_are_the_fresh_processes_medians():
     assert cells[header.index("compile s stock / hook / slab / guard")] == "25.0 / 25.5 / 28.0 / 33.0"
     assert cells[header.index("compile extra hook / slab / guard")] == "+2% / +12% / +10%"
     assert summary(row).run("hook").compile_seconds == row["variants"]["hook"]["compile_seconds"]  # without
+    other = cached("ViTForImageClassification_train")
+    assert _round_counts([summary(row, rounds), summary(other)]) == "2 rounds on 1 of 2 rows"
+    single = CompileRounds.of({"variants": ["stock"], "rounds": [{"stock": {"compile_seconds": 20.0}}]})
+    assert _round_counts([summary(row, rounds), summary(other, single)]) == "1 to 2 rounds on 2 of 2 rows"
+    assert _round_counts([summary(other, single)]) == "1 round on 1 of 1 rows"
+    assert _round_counts([summary(other)]) == "no row has rounds yet"
 
 
 def test_the_budgets_compile_costs_set_ours_beside_stocks_and_inductors_compile_of_the_same_round():

@@ -168,6 +168,18 @@ class Summary:
         return out
 
 
+def _round_counts(records: list[Summary]) -> str:
+    """How many compile rounds the table's rows had, in words: one round compares one pair of processes, whose
+    ratio scatters by up to a third, so a reader needs the count beside the figures."""
+    counts = sorted({r.compile_rounds.count for r in records if r.compile_rounds is not None})
+    with_rounds = sum(r.compile_rounds is not None for r in records)
+    if not counts:
+        return "no row has rounds yet"
+    spread = str(counts[0]) if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
+    rounds = "round" if counts == [1] else "rounds"
+    return f"{spread} {rounds} on {with_rounds} of {len(records)} rows"
+
+
 def summary(row: dict, compile_rounds: CompileRounds | None = None) -> Summary:
     """The report's numbers of one cached row (either format of records, :func:`~benchmarks.variants.load_records`);
     ``compile_rounds``: the row's compile seconds measured in fresh processes (:mod:`benchmarks.real.compile_rounds`),
@@ -458,8 +470,8 @@ def write_report(folder: Path) -> None:
               "`python -m benchmarks.optimum benchmarks/real/graphs/bench/*`. "
               "Compile seconds are the first two calls minus two steady calls (a second call may still compile), each "
               "variant compiled in a fresh process with Inductor's caches off, once a round, one after the other "
-              "(`python -m benchmarks.real.compile_rounds`): the median of its rounds; `compile extra` is the median "
-              "over rounds of its compile over stock's in the same round (the hook compiled without "
+              "(`python -m benchmarks.real.compile_rounds`): the median of its rounds (" + _round_counts(records) + "); "
+              "`compile extra` is the median over rounds of its compile over stock's in the same round (the hook compiled without "
               "`compare=True`, as users compile it). Rows without such rounds show the seconds of the row's own "
               "process, where variants compiled one after the other share what the first built (a C++ kernel "
               "of the same source is not built twice). Step "
