@@ -389,6 +389,24 @@ def _live_before(curve: Sequence[tuple[float, int]], start: float) -> int:
     return curve[i - 1][1] if i else 0
 
 
+LABEL_STEP_POINTS = 9  # one line of the points' 8-point labels
+
+
+def _label_raises(points: Sequence[tuple[float, int]], near: float = 0.06) -> list[int]:
+    """How many label lines each point's name is raised by, so that names of points drawn close together do not
+    overprint (hook and guard often measure the same peak at about the same step time): a point's raise is one
+    more than the highest raise among the earlier points within ``near`` of it on both axes, scaled to the
+    axes' ranges (from 0 to the largest value, as the panel draws them)."""
+    x_range = max((x for x, _ in points), default=0.0) or 1.0
+    y_range = max((y for _, y in points), default=0) or 1
+    raises: list[int] = []
+    for i, (x, y) in enumerate(points):
+        close = [raises[j] for j, (x2, y2) in enumerate(points[:i])
+                 if abs(x - x2) <= near * x_range and abs(y - y2) <= near * y_range]
+        raises.append(max(close) + 1 if close else 0)
+    return raises
+
+
 def _peak_against_step_time(ax, runs: Sequence[VariantRun], scale: float, unit: str) -> None:
     """One point per variant: its real peak against its last step's seconds (what a memory budget trades: lower
     and to the left is better), each named; hidden where no run has a step."""
@@ -396,11 +414,12 @@ def _peak_against_step_time(ax, runs: Sequence[VariantRun], scale: float, unit: 
     if not timed:
         ax.set_visible(False)
         return
+    raises = _label_raises([(r.step_seconds, r.peak) for r in timed])
     for rank, r in enumerate(timed):
         ax.plot([r.step_seconds], [r.peak / scale], marker=PEAK_MARKERS[rank % len(PEAK_MARKERS)], linestyle="none",
                 markersize=8, markeredgecolor="black", markeredgewidth=0.6)
-        ax.annotate(r.variant, (r.step_seconds, r.peak / scale), textcoords="offset points", xytext=(6, 4),
-                    fontsize=8)
+        ax.annotate(r.variant, (r.step_seconds, r.peak / scale), textcoords="offset points",
+                    xytext=(6, 4 + LABEL_STEP_POINTS * raises[rank]), fontsize=8)
     ax.set_xlabel("last step's compiled work (s)", fontsize=8)
     ax.set_ylabel(f"real peak ({unit})", fontsize=9)
     ax.set_title("memory against time")
@@ -530,8 +549,11 @@ def _sentence(comparison_runs: Sequence[VariantRun], reference: str | None) -> s
         return (f"No variant beats {reference}: its real peak ({format_bytes(ref.peak)}) is the lowest"
                 + (f"; {best.variant} comes closest at {format_bytes(best.peak)}." if best else "."))
     saved = ref.peak - best.peak
-    return (f"{best.variant} has the lowest real peak: {format_bytes(best.peak)} against {reference}'s "
-            f"{format_bytes(ref.peak)}, {format_bytes(saved)} ({saved / ref.peak:.1%}) less.")
+    lowest = [r.variant for r in others if r.peak == best.peak]
+    named = (f"{best.variant} has the lowest real peak: {format_bytes(best.peak)}" if len(lowest) == 1 else
+             f"{and_list(lowest)} tie for the lowest real peak: {format_bytes(best.peak)} each")
+    return (f"{named} against {reference}'s {format_bytes(ref.peak)}, {format_bytes(saved)} "
+            f"({saved / ref.peak:.1%}) less.")
 
 
 def and_list(words: Sequence[str]) -> str:

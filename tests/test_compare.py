@@ -12,8 +12,8 @@ import pytest
 from reorder import compare as compare_module
 from reorder.cli import COMPARE_OPTIONS, main, parse_arguments
 from reorder.script import split_script_args
-from reorder.compare import (Comparison, Variant, VariantRun, _sentence, _step_peak, align_times, draw_comparison,
-                             parse_variants, thin, ties)
+from reorder.compare import (Comparison, Variant, VariantRun, _label_raises, _sentence, _step_peak, align_times,
+                             draw_comparison, parse_variants, thin, ties)
 from reorder.inductor.session import HookOptions
 from reorder.errors import ReorderError
 
@@ -252,6 +252,24 @@ def test_sentence_says_when_variants_tie():
     runs[3] = VariantRun("guard", peak=1200)
     assert _sentence(runs, "stock") == ("stock, hook and slab tie: each measured a real peak of 1.00 kB; guard "
                                         "measured more.")
+
+
+def test_sentence_names_every_variant_that_ties_for_the_lowest_below_stock():
+    """Under the default budget of 1.0 the hook guards a training step's fusions, so hook and guard often measure
+    the same bytes: the sentence names both, not whichever ran first."""
+    runs = [VariantRun("stock", peak=1000), VariantRun("hook", peak=900), VariantRun("slab", peak=950),
+            VariantRun("guard", peak=900)]
+    assert _sentence(runs, "stock") == (
+        "hook and guard tie for the lowest real peak: 900 B each against stock's 1.00 kB, 100 B (10.0%) less.")
+
+
+def test_names_of_points_drawn_together_are_raised_apart():
+    """train_albert.py under the default budget: hook and guard at 24,850,144 B and about 0.025 s; stock and slab
+    stand apart; a third point on the same spot goes one line higher still."""
+    points = [(0.026, 28_471_008), (0.026, 24_850_144), (0.029, 26_138_848), (0.025, 24_850_144)]
+    assert _label_raises(points) == [0, 0, 0, 1]
+    assert _label_raises([*points, (0.0255, 24_900_000)]) == [0, 0, 0, 1, 2]
+    assert _label_raises([]) == []
 
 
 def test_sentence_without_stock_says_so_and_names_the_lowest():
