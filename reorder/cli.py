@@ -639,7 +639,9 @@ def compare_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("script_args", nargs=argparse.REMAINDER,
                    help="arguments passed to the script (our options may follow them; after '--' all go to the script)")
     p.add_argument("--variants", default=",".join(VARIANTS),
-                   help=f"comma-separated: {', '.join(VARIANTS)}; budget:F (use(memory_budget=F), F a fraction of "
+                   help=f"comma-separated: {', '.join(VARIANTS)} (hook, slab and guard as use() compiles them: a "
+                        f"training step with the memory budget of 1.0 use() gives it); budget:F "
+                        f"(use(memory_budget=F), F a fraction of "
                         f"stock's estimated step peak in (0, 1]), budget:12MB (bytes: B, KB, MB, GB, KiB, MiB, GiB), "
                         f"budget:0.5x4 (each compiled region run 4 times a step: a compile per layer), "
                         f"budget:0.5+held=F/M/B (held_outside: bytes the step's eager code holds while the compiled "
