@@ -21,9 +21,9 @@ __all__ = ["COMPILE", "CompileRounds", "compile_table", "percent", "rounds_of", 
 COMPILE = RESULTS / "compile"
 
 
-def row_path(section: str, model: str, mode: str) -> Path:
-    """The cached rounds of ``model`` in ``mode`` in ``section``."""
-    return COMPILE / section / f"{model}_{mode}.json"
+def row_path(section: str, model: str, mode: str, folder: Path | None = None) -> Path:
+    """The cached rounds of ``model`` in ``mode`` in ``section`` (in ``folder`` instead of the section's own)."""
+    return (COMPILE / section if folder is None else folder) / f"{model}_{mode}.json"
 
 
 def percent(x: float | None, signed: bool = True) -> str:
@@ -98,7 +98,7 @@ def compile_table(rounds: CompileRounds | None) -> list[str]:
 
 def rounds_of(section: str, model: str, mode: str, folder: Path | None = None) -> CompileRounds | None:
     """The cached compile rounds of a row of ``section`` (None where none were measured)."""
-    path = (folder / f"{model}_{mode}.json") if folder is not None else row_path(section, model, mode)
+    path = row_path(section, model, mode, folder)
     if not path.exists():
         return None
     data = json.loads(path.read_text())

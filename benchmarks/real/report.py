@@ -470,9 +470,9 @@ def write_report(folder: Path) -> None:
               "`python -m benchmarks.optimum benchmarks/real/graphs/bench/*`. "
               "Compile seconds are the first two calls minus two steady calls (a second call may still compile), each "
               "variant compiled in a fresh process with Inductor's caches off, once a round, one after the other "
-              "(`python -m benchmarks.real.compile_rounds`): the median of its rounds (" + _round_counts(records) + "); "
-              "`compile extra` is the median over rounds of its compile over stock's in the same round (the hook compiled without "
-              "`compare=True`, as users compile it). Rows without such rounds show the seconds of the row's own "
+              "(`python -m benchmarks.real.compile_rounds`): the median of its rounds ("
+              + _round_counts(records) + "); `compile extra` is the median over rounds of its compile over stock's in "
+              "the same round (the hook compiled without `compare=True`, as users compile it). Rows without such rounds show the seconds of the row's own "
               "process, where variants compiled one after the other share what the first built (a C++ kernel "
               "of the same source is not built twice). Step "
               "seconds are the median of three later calls.", "", *markdown(ESTIMATES, records)]

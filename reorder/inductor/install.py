@@ -104,7 +104,7 @@ def install(options: HookOptions | None = None, **fields) -> Session:
     from torch._inductor.custom_graph_pass import get_custom_graph_passes
 
     saved = {key: getattr(config, key) for key in _KEYS}
-    users_partitioner = None if _enclosing(saved["custom_partitioner_fn"]) else saved["custom_partitioner_fn"]
+    users_partitioner = _users(saved["custom_partitioner_fn"])
     partitions = options.memory_budget is not None
     kept_partitioner = None
     if partitions and users_partitioner is not None:
@@ -117,8 +117,7 @@ def install(options: HookOptions | None = None, **fields) -> Session:
                             f"and memory_budget=1.0 asks for the partition the compile makes without us: it stays, "
                             f"and no region is budgeted")
         log.info("reorder: %s", kept_partitioner)
-    users_choices = (None if _enclosing(saved["inductor_choices_class"]) else saved["inductor_choices_class"]) \
-        or users_choices_handler()
+    users_choices = _users(saved["inductor_choices_class"]) or users_choices_handler()
     guard = options.guards_fusions and (partitions or bool(options.fusion_guard))
     if guard and users_choices is not None:
         if options.fusion_guard:
@@ -156,6 +155,11 @@ def install(options: HookOptions | None = None, **fields) -> Session:
     if options.scalar_aliases and not any(isinstance(p, ScalarAliases) for p in joint_passes):
         config.joint_custom_post_pass = [*joint_passes, ScalarAliases()]
     return session
+
+
+def _users(value):
+    """A configuration value as the user set it: None where it is unset or an enclosing installation's."""
+    return None if _enclosing(value) else value
 
 
 def _enclosing(value) -> bool:
