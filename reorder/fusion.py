@@ -32,7 +32,7 @@ import heapq
 from dataclasses import dataclass
 from typing import Sequence
 
-from .graph import BufferSpec, Graph, InputSpec, NodeSpec, build_graph
+from .graph import Graph, plain_graph
 from .sweep import live_bytes
 from .timeline import Timeline, estimate_peak_memory
 
@@ -64,34 +64,41 @@ def fused_graph(graph: Graph, groups: Sequence[Sequence[int]], name: str | None 
     to alias roots as in ``graph`` (so aliases need no links here); a buffer
     produced and read only inside one group is dropped when
     :func:`removable_buffers` allows. Node ``i`` of the result is group ``i``,
-    named after its members joined by ``+``. Linear in nodes + edges.
+    named after its members joined by ``+``. The same graph :func:`~reorder.graph.build_graph`
+    makes of those specs, assembled from ``graph``'s checked arrays
+    (:func:`~reorder.graph.plain_graph`): the fusion guard makes one per fusion
+    it allows. Linear in nodes + edges.
     """
     removable = removable_buffers(graph)
     group_of = [-1] * graph.num_nodes
     for g, members in enumerate(groups):
         for v in members:
             group_of[v] = g
-    names = ["+".join(graph.node_names[v] for v in members) for members in groups]
-    specs = []
+    node_names = ["+".join(graph.node_names[v] for v in members) for members in groups]
+    # the fused graph's buffers, as ids of ``graph``'s: inputs, then each group's outputs
+    kept = [b for b in range(graph.num_buffers) if graph.is_input[b]]
     for g, members in enumerate(groups):
-        outputs, reads, after = [], [], []
         for v in members:
-            for b in graph.outputs[v]:
-                if removable[b] and all(group_of[r] == g for r in graph.readers[b]):
-                    continue
-                outputs.append(BufferSpec(graph.buffer_names[b], size=graph.size[b],
-                                          size_alloc=graph.size_alloc[b], size_free=graph.size_free[b]))
-            for b in graph.reads[v]:
-                p = graph.producer[b]
-                if p is None or group_of[p] != g:
-                    reads.append(graph.buffer_names[b])
-            after.extend(names[group_of[p]] for p in graph.after[v] if group_of[p] != g)
-        specs.append(NodeSpec(names[g], outputs, reads=list(dict.fromkeys(reads)), after=list(dict.fromkeys(after))))
-    inputs = [InputSpec(graph.buffer_names[b], graph.size[b], freeable=graph.freeable[b])
-              for b in range(graph.num_buffers) if graph.is_input[b]]
-    outputs = [graph.buffer_names[b] for b in range(graph.num_buffers)
-               if graph.is_output[b] and (graph.is_input[b] or group_of[graph.producer[b]] >= 0)]
-    return build_graph(specs, inputs, outputs, name=name or graph.name)
+            kept.extend(b for b in graph.outputs[v]
+                        if not (removable[b] and all(group_of[r] == g for r in graph.readers[b])))
+    new_id = {b: i for i, b in enumerate(kept)}
+    declared_reads, after = [], []
+    for g, members in enumerate(groups):
+        declared_reads.append(tuple(dict.fromkeys(
+            new_id[b] for v in members for b in graph.reads[v]
+            if graph.producer[b] is None or group_of[graph.producer[b]] != g)))
+        after.append(tuple(dict.fromkeys(
+            group_of[p] for v in members for p in graph.after[v] if group_of[p] != g)))
+    size = [graph.size[b] for b in kept]
+    freeable = [graph.freeable[b] for b in kept]
+    # an input costs what ``freeable`` implies (as :func:`~reorder.graph.build_graph` costs an InputSpec)
+    size_alloc = [(z if f else 0) if graph.is_input[b] else graph.size_alloc[b]
+                  for b, z, f in zip(kept, size, freeable)]
+    size_free = [(z if f else 0) if graph.is_input[b] else graph.size_free[b]
+                 for b, z, f in zip(kept, size, freeable)]
+    producer = [None if graph.is_input[b] else group_of[graph.producer[b]] for b in kept]
+    return plain_graph(name or graph.name, node_names, [graph.buffer_names[b] for b in kept], size, size_alloc,
+                       size_free, producer, freeable, [graph.is_output[b] for b in kept], declared_reads, after)
 
 
 def window_order(graph: Graph, lo: int, hi: int) -> list[int] | None:

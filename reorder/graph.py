@@ -43,7 +43,8 @@ from .errors import CycleError, GraphError, OrderError
 from .sizes import (MAX_BYTES, Expr, Point, Size, SymbolRange, check_size_hints, check_size_ranges, evaluate_bytes,
                     evaluation_points, format_size, size_expression, size_symbols)
 
-__all__ = ["BufferSpec", "InputSpec", "NodeSpec", "Graph", "Kahn", "SizeExprs", "build_graph", "implied_costs"]
+__all__ = ["BufferSpec", "InputSpec", "NodeSpec", "Graph", "Kahn", "SizeExprs", "build_graph", "implied_costs",
+           "plain_graph"]
 
 ALIAS_KINDS = ("mutation", "view")
 
@@ -766,6 +767,42 @@ def build_graph(
         size_exprs=exprs,
         _index=(node_index, buffer_index),
     )
+    _check_listed_order(graph)
+    return graph
+
+
+def plain_graph(name: str, node_names: Sequence[str], buffer_names: Sequence[str], size: Sequence[int],
+                size_alloc: Sequence[int], size_free: Sequence[int], producer: Sequence[int | None],
+                freeable: Sequence[bool], is_output: Sequence[bool], declared_reads: Sequence[tuple[int, ...]],
+                after: Sequence[tuple[int, ...]]) -> Graph:
+    """A graph with no aliases, no multi-output buffers and constant sizes, from arrays another graph's checks
+    already hold: what :func:`build_graph` makes of the same specs, without parsing and checking them again.
+
+    For a graph derived from a built one many times over (the fusion guard's fused lists: hundreds per
+    compile). Buffers must be numbered as :func:`build_graph` numbers them (inputs first, then each node's
+    outputs in node order), ``size_alloc``/``size_free`` of inputs as ``freeable`` implies, reads listed
+    once each; the listed order is still checked to run.
+    """
+    nb = len(buffer_names)
+    is_input = [p is None for p in producer]
+    pred_order = [b + nb if is_input[b] else b for b in range(nb)].__getitem__
+    reads = []
+    for d in declared_reads:
+        forwarded = tuple(sorted(d, key=pred_order))
+        reads.append(d if forwarded == d else forwarded)
+    readers, outputs_of, preds, succs = _adjacency(len(node_names), producer, reads, after)
+    graph = Graph(
+        name=name, size_hints={}, node_names=tuple(node_names), buffer_names=tuple(buffer_names),
+        size=tuple(size), symbolic_size=(None,) * nb, size_alloc=tuple(size_alloc), size_free=tuple(size_free),
+        producer=tuple(producer), freeable=tuple(freeable), is_output=tuple(is_output), alias_of=(None,) * nb,
+        alias_kind=(None,) * nb, root=tuple(range(nb)), parent=(None,) * nb,
+        readers=tuple(tuple(r) for r in readers), outputs=tuple(tuple(o) for o in outputs_of), reads=tuple(reads),
+        declared_reads=tuple(declared_reads), after=tuple(after), preds=tuple(preds), succs=tuple(succs),
+        workspace=(0,) * len(node_names), unique_workspace=(0,) * len(node_names),
+        _index=({v: i for i, v in enumerate(node_names)}, {b: i for i, b in enumerate(buffer_names)}),
+    )
+    if len(graph.node_index) != len(node_names) or len(graph.buffer_index) != nb:
+        raise GraphError(f"graph {name!r}: node or buffer names repeat")
     _check_listed_order(graph)
     return graph
 

@@ -1,11 +1,14 @@
 """The fusion decision: exact peaks of fused graphs, the incremental check against a full re-estimate, slack."""
 
+import dataclasses
+
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from helpers import all_topological_orders, build, graph_specs
 
 from reorder import BufferSpec, InputSpec, NodeSpec, build_graph, estimate_peak_memory
+from reorder.graph import Graph
 from reorder.fusion import (CONFIRM_METHODS, PeakProfile, fused_graph, fusion_groups, fusion_peak, ranked_order,
                             reordered_fusion_peak, should_block, window_order)
 from reorder.schedulers import reorder_for_peak_memory
@@ -149,6 +152,45 @@ def test_incremental_peak_equals_full_reestimate(spec, pick):
     assert check.peak == estimate_peak_memory(graph).peak
     assert check.fused_peak == full_reestimate(graph, first, second)
     assert check.work >= abs(first - second) + 1
+
+
+def _fused_specs(graph, groups):
+    """What ``fused_graph`` stands for, spelled out as specs for ``build_graph``: each group one node writing its
+    members' outputs (less those read only inside it, where Inductor drops them) and reading the rest."""
+    removable = [graph.producer[b] is not None and not graph.is_output[b] and bool(graph.readers[b])
+                 and graph.alias_of[b] is None and graph.members[b] == (b,) and graph.parent[b] is None
+                 and not graph.children[b] and graph.size_alloc[b] == graph.size_free[b]
+                 for b in range(graph.num_buffers)]
+    group_of = {v: g for g, members in enumerate(groups) for v in members}
+    names = ["+".join(graph.node_names[v] for v in members) for members in groups]
+    nodes = []
+    for g, members in enumerate(groups):
+        outputs = [BufferSpec(graph.buffer_names[b], graph.size[b], size_alloc=graph.size_alloc[b],
+                              size_free=graph.size_free[b])
+                   for v in members for b in graph.outputs[v]
+                   if not (removable[b] and all(group_of[r] == g for r in graph.readers[b]))]
+        reads = [graph.buffer_names[b] for v in members for b in graph.reads[v]
+                 if graph.producer[b] is None or group_of[graph.producer[b]] != g]
+        after = [names[group_of[p]] for v in members for p in graph.after[v] if group_of[p] != g]
+        nodes.append(NodeSpec(names[g], outputs, list(dict.fromkeys(reads)), list(dict.fromkeys(after))))
+    inputs = [InputSpec(graph.buffer_names[b], graph.size[b], graph.freeable[b])
+              for b in range(graph.num_buffers) if graph.is_input[b]]
+    outputs = [graph.buffer_names[b] for b in range(graph.num_buffers) if graph.is_output[b]]
+    return build_graph(nodes, inputs, outputs, name=graph.name)
+
+
+@settings(max_examples=200, deadline=None)
+@given(spec=graph_specs(max_nodes=10), cuts=st.lists(st.integers(1, 9), max_size=4))
+def test_the_fused_graph_is_the_one_its_specs_build(spec, cuts):
+    """``fused_graph`` assembles its arrays directly (the guard makes hundreds per compile): they must be exactly
+    what ``build_graph`` makes of the specs it stands for, field by field, aliases, multi-output buffers,
+    ordering-only edges and kept inputs included. Groups: runs of the listed order, which runs."""
+    graph = build(spec)
+    bounds = sorted({0, graph.num_nodes, *(c for c in cuts if c < graph.num_nodes)})
+    groups = [list(range(a, b)) for a, b in zip(bounds, bounds[1:])]
+    fused, reference = fused_graph(graph, groups), _fused_specs(graph, groups)
+    for field in dataclasses.fields(Graph):
+        assert getattr(fused, field.name) == getattr(reference, field.name), field.name
 
 
 def test_a_node_cannot_fuse_with_itself():
