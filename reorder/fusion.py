@@ -32,6 +32,7 @@ import heapq
 from dataclasses import dataclass
 from typing import Sequence
 
+from .errors import GraphError
 from .graph import Graph, plain_graph
 from .sweep import live_bytes
 from .timeline import Timeline, estimate_peak_memory
@@ -60,6 +61,8 @@ def removable_buffers(graph: Graph) -> tuple[bool, ...]:
 def fused_graph(graph: Graph, groups: Sequence[Sequence[int]], name: str | None = None) -> Graph:
     """The graph with each group of ``graph``'s nodes fused into one node, the groups run in the order given.
 
+    The groups split the nodes: each node in exactly one, none empty (else :class:`~reorder.errors.GraphError`).
+
     Each buffer keeps its ``size_alloc``/``size_free``; reads stay forwarded
     to alias roots as in ``graph`` (so aliases need no links here); a buffer
     produced and read only inside one group is dropped when
@@ -73,7 +76,11 @@ def fused_graph(graph: Graph, groups: Sequence[Sequence[int]], name: str | None 
     group_of = [-1] * graph.num_nodes
     for g, members in enumerate(groups):
         for v in members:
+            if group_of[v] != -1:
+                raise GraphError(f"fused_graph: node {graph.node_names[v]!r} is in two groups")
             group_of[v] = g
+    if -1 in group_of or not all(groups):
+        raise GraphError("fused_graph: the groups must cover every node once, none of them empty")
     node_names = ["+".join(graph.node_names[v] for v in members) for members in groups]
     # the fused graph's buffers, as ids of ``graph``'s: inputs, then each group's outputs
     kept = [b for b in range(graph.num_buffers) if graph.is_input[b]]

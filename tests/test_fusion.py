@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from helpers import all_topological_orders, build, graph_specs
 
 from reorder import BufferSpec, InputSpec, NodeSpec, build_graph, estimate_peak_memory
+from reorder.errors import GraphError
 from reorder.graph import Graph
 from reorder.fusion import (CONFIRM_METHODS, PeakProfile, fused_graph, fusion_groups, fusion_peak, ranked_order,
                             reordered_fusion_peak, should_block, window_order)
@@ -179,18 +180,40 @@ def _fused_specs(graph, groups):
     return build_graph(nodes, inputs, outputs, name=graph.name)
 
 
-@settings(max_examples=200, deadline=None)
-@given(spec=graph_specs(max_nodes=10), cuts=st.lists(st.integers(1, 9), max_size=4))
-def test_the_fused_graph_is_the_one_its_specs_build(spec, cuts):
+@settings(max_examples=300, deadline=None)
+@given(spec=graph_specs(max_nodes=10), cuts=st.lists(st.integers(1, 9), max_size=4),
+       rank=st.randoms(use_true_random=False), pick=st.tuples(st.integers(0, 100), st.integers(0, 100)),
+       kind=st.sampled_from(["runs", "ranked", "pair"]), free=st.booleans())
+def test_the_fused_graph_is_the_one_its_specs_build(spec, cuts, rank, pick, kind, free):
     """``fused_graph`` assembles its arrays directly (the guard makes hundreds per compile): they must be exactly
     what ``build_graph`` makes of the specs it stands for, field by field, aliases, multi-output buffers,
-    ordering-only edges and kept inputs included. Groups: runs of the listed order, which runs."""
+    ordering-only edges and kept inputs included. Groups: runs of the listed order, the same runs in another
+    order that runs (``ranked_order`` with random ranks, as the guard orders its list), or two nodes fused
+    (``fusion_groups``); inputs zeroed by ``with_free_inputs`` too."""
     graph = build(spec)
+    if free:
+        graph = graph.with_free_inputs(graph.buffer_names[b] for b in range(graph.num_buffers)
+                                       if graph.is_input[b] and b % 2 == 0)
     bounds = sorted({0, graph.num_nodes, *(c for c in cuts if c < graph.num_nodes)})
     groups = [list(range(a, b)) for a, b in zip(bounds, bounds[1:])]
+    if kind == "ranked":
+        ranks = list(range(graph.num_nodes))
+        rank.shuffle(ranks)
+        groups = [groups[i] for i in ranked_order(graph, groups, ranks)]
+    elif kind == "pair":
+        groups = fusion_groups(graph, pick[0] % graph.num_nodes, pick[1] % graph.num_nodes)
+        if groups is None or graph.num_nodes < 2 or pick[0] % graph.num_nodes == pick[1] % graph.num_nodes:
+            return
     fused, reference = fused_graph(graph, groups), _fused_specs(graph, groups)
     for field in dataclasses.fields(Graph):
         assert getattr(fused, field.name) == getattr(reference, field.name), field.name
+
+
+def test_the_groups_must_split_the_nodes():
+    graph = accumulation(2)
+    for groups in ([[0, 1], [2]], [[0, 1], [2, 3], []], [[0, 1], [1, 2, 3]]):
+        with pytest.raises(GraphError, match="fused_graph"):
+            fused_graph(graph, groups)
 
 
 def test_a_node_cannot_fuse_with_itself():

@@ -209,6 +209,30 @@ def test_rises_within_the_slack_add_up_unless_the_unfused_peak_is_held(hold, all
                                                                  "fused_peak": 5 * MB, "bytes": MB},))
 
 
+def test_a_fused_node_holding_an_operation_it_never_saw_turns_the_guard_off(caplog):
+    """The guard's list is the first (unfused) one's nodes grouped; a fused node with an operation outside it would
+    be judged from part of its members, so the guard stops, warns and allows the fusion, as stock."""
+    from test_fusion import accumulation
+
+    from reorder.inductor.fusion_guard import _SchedulerView
+
+    graph = accumulation(2)
+    scheduler = FakeScheduler(graph.node_names)
+    session = Session()
+    guard = FusionGuard(HookOptions(fusion_guard=True, memory_budget=None), session=session)
+    view = guard._view = _SchedulerView(scheduler)
+    view.base, view.base_of_op = graph, {name: v for v, name in enumerate(graph.node_names)}
+    view.rank = list(range(graph.num_nodes))
+    assert guard.allows(scheduler, scheduler.name_to_fused_node["add0"], scheduler.name_to_fused_node["add1"])
+    fused = scheduler.fuse(scheduler.name_to_fused_node["add0"], scheduler.name_to_fused_node["add1"])
+    stray = FakeNode(fused.names + ("op_new",))
+    for name in fused.names:
+        scheduler.name_to_fused_node[name] = stray
+    with caplog.at_level(logging.WARNING, logger="reorder"):
+        assert guard.allows(scheduler, stray, scheduler.name_to_fused_node["mm0"])
+    assert "did not list before fusion" in guard.finish(scheduler, "accumulation").failed
+
+
 def compiled_peak(name, guard):
     import torch._inductor.config as config
 
