@@ -1,10 +1,13 @@
 """The real-model benchmark: its report's cells from known cached rows, in both file formats, and its whole path."""
 
+import contextlib
 import dataclasses
 import json
+import types
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchmarks.real.compile_report import rounds_of
 from benchmarks.real.report import (ESTIMATES, GUARD, PEAKS, SLAB, Summary, composition, markdown, summary,
@@ -135,6 +138,44 @@ def test_whole_path_on_the_smallest_model():
         assert parts[0] == (f"parameters and inputs (allocated before the step, not in the peak above it): "
                             f"{(row['parameter_bytes'] + row['input_bytes']) / 1e6:.2f} MB")
         assert f"gradients: {stock['gradient_bytes'] / 1e6:.2f} MB" in parts
+
+
+class _CountsItsCalls(torch.nn.Module):
+    """A step whose second call compiles again: Dynamo guards on ``calls``, which each call changes (the
+    second compile makes it a symbol, so later calls reuse it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 16)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return types.SimpleNamespace(loss=(self.linear(x).relu() * self.calls).sum())
+
+
+@pytest.mark.slow
+def test_a_second_call_that_compiles_again_is_compiled_under_the_variant():
+    """The steady calls and the measured one run what the last compile made: a second call that compiles again
+    outside the hook's context would be stock's program, measured under the hook's name (the main table's ViT,
+    Swin, ConvNeXt and ResNet training rows read stock's peaks so)."""
+    from benchmarks.real.run import run_variant
+
+    sessions = []
+
+    def context(config, training):
+        @contextlib.contextmanager
+        def recording():
+            with HOOK.context(config, training) as session:
+                sessions.append(session)
+                yield session
+        return recording()
+
+    variant = dataclasses.replace(HOOK, context=context)
+    record, _ = run_variant(_CountsItsCalls(), {"x": torch.randn(8, 16)}, "train", variant, steady_calls=1)
+    ordered = [r.graph for s in sessions for r in s.graphs]
+    assert len(sessions) == 2 and len(ordered) == 4, ordered  # both compiles' forward and backward
+    assert [r["kind"] for r in record["records"]] == ["order", "order"]  # the record keeps the first call's
 
 
 # --- the memory-budget section (benchmarks/real/budget.py) -----------------------------------------------------------

@@ -68,8 +68,10 @@ def run_variant(base: torch.nn.Module, inputs: dict, mode: str, variant: Variant
     """Compile (or not), check, time and measure one variant; returns its record and its outputs (+ gradients).
 
     ``capture_dir`` (a hook variant only): the hook also writes each graph and Inductor's figures there.
-    The record keeps the records of the first call's compiles (``"records"``, each ``to_dict()``).
+    The record keeps the records of the first call's compiles (``"records"``, each ``to_dict()``); the second
+    call, which may compile again, runs under the variant too (not captured).
     """
+    later_calls = variant  # without capture: a later call's compile is hooked, not captured
     if capture_dir is not None:
         variant = variant.with_hook(capture_dir=capture_dir)
     torch._dynamo.reset()
@@ -96,7 +98,10 @@ def run_variant(base: torch.nn.Module, inputs: dict, mode: str, variant: Variant
         checked += [p.grad.clone() for p in model.parameters() if p.grad is not None]
         optimizer.zero_grad(set_to_none=True)
     t0 = time.perf_counter()
-    step()  # a second call may still compile (a guard failing after the first step's side effects)
+    with later_calls.enter(train):
+        # A second call may still compile (a guard failing after the first step's side effects), and the
+        # steady calls and the measured one run what it compiled: under the variant too, or they run stock's.
+        step()
     second_seconds = time.perf_counter() - t0
     times = []
     for _ in range(steady_calls):
