@@ -96,16 +96,11 @@ def fused_graph(graph: Graph, groups: Sequence[Sequence[int]], name: str | None 
             if graph.producer[b] is None or group_of[graph.producer[b]] != g)))
         after.append(tuple(dict.fromkeys(
             group_of[p] for v in members for p in graph.after[v] if group_of[p] != g)))
-    size = [graph.size[b] for b in kept]
-    freeable = [graph.freeable[b] for b in kept]
-    # an input costs what ``freeable`` implies (as :func:`~reorder.graph.build_graph` costs an InputSpec)
-    size_alloc = [(z if f else 0) if graph.is_input[b] else graph.size_alloc[b]
-                  for b, z, f in zip(kept, size, freeable)]
-    size_free = [(z if f else 0) if graph.is_input[b] else graph.size_free[b]
-                 for b, z, f in zip(kept, size, freeable)]
     producer = [None if graph.is_input[b] else group_of[graph.producer[b]] for b in kept]
-    return plain_graph(name or graph.name, node_names, [graph.buffer_names[b] for b in kept], size, size_alloc,
-                       size_free, producer, freeable, [graph.is_output[b] for b in kept], declared_reads, after)
+    return plain_graph(name or graph.name, node_names, [graph.buffer_names[b] for b in kept],
+                       [graph.size[b] for b in kept], [graph.size_alloc[b] for b in kept],
+                       [graph.size_free[b] for b in kept], producer, [graph.freeable[b] for b in kept],
+                       [graph.is_output[b] for b in kept], declared_reads, after)
 
 
 def window_order(graph: Graph, lo: int, hi: int) -> list[int] | None:

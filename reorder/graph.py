@@ -615,11 +615,22 @@ def _at_point(e: SizeExprs, point: Mapping[str, int], names, node_names, is_inpu
     return size, size_alloc, size_free, workspace, unique
 
 
+def _pred_order(is_input: Sequence[bool]):
+    """The key of Inductor's pred_buffers order: a node lists the buffers it reads by producer, graph inputs last."""
+    return [b + len(is_input) if is_input[b] else b for b in range(len(is_input))].__getitem__
+
+
+def _forwarded(declared: tuple[int, ...], root: Sequence[int], pred_order) -> tuple[int, ...]:
+    """A node's reads forwarded to alias roots, in pred_buffers order; ``declared`` itself where they agree (one
+    tuple for both)."""
+    forwarded = tuple(sorted(set(declared) | {root[b] for b in declared}, key=pred_order))
+    return declared if forwarded == declared else forwarded
+
+
 def _node_reads(nodes, node_index, buffer_index, names, producer, root, is_input):
     """Declared reads, reads forwarded to alias roots (Inductor's pred_buffers order), ordering-only preds."""
     declared, reads, after = [], [], []
-    # Inductor lists a node's pred_buffers by producer, graph inputs last: the key of that order
-    pred_order = [b + len(names) if is_input[b] else b for b in range(len(names))].__getitem__
+    pred_order = _pred_order(is_input)
     for i, node in enumerate(nodes):
         try:  # names of buffers, every one known (the checks below write their messages only for an error)
             if type(node.reads) not in (list, tuple):
@@ -632,8 +643,7 @@ def _node_reads(nodes, node_index, buffer_index, names, producer, root, is_input
             if producer[b] == i:
                 raise GraphError(f"node {node.name!r} reads its own output {names[b]!r}")
         declared.append(d)
-        forwarded = tuple(sorted(set(d) | {root[b] for b in d}, key=pred_order))
-        reads.append(d if forwarded == d else forwarded)  # one tuple for both where they agree
+        reads.append(_forwarded(d, root, pred_order))
         if type(node.after) in (list, tuple) and not node.after:
             after.append(())
             continue
@@ -780,22 +790,22 @@ def plain_graph(name: str, node_names: Sequence[str], buffer_names: Sequence[str
 
     For a graph derived from a built one many times over (the fusion guard's fused lists: hundreds per
     compile). Buffers must be numbered as :func:`build_graph` numbers them (inputs first, then each node's
-    outputs in node order), ``size_alloc``/``size_free`` of inputs as ``freeable`` implies, reads listed
-    once each; the listed order is still checked to run.
+    outputs in node order), reads listed once each; ``size_alloc``/``size_free`` are the computed buffers'
+    (an input's are what ``freeable`` implies, as :func:`build_graph` costs them); the listed order is still
+    checked to run.
     """
     nb = len(buffer_names)
     is_input = [p is None for p in producer]
-    pred_order = [b + nb if is_input[b] else b for b in range(nb)].__getitem__
-    reads = []
-    for d in declared_reads:
-        forwarded = tuple(sorted(d, key=pred_order))
-        reads.append(d if forwarded == d else forwarded)
+    none_each = (None,) * nb  # no alias, parent, kind or symbolic size
+    size_alloc, size_free = _costs(size, size_alloc, size_free, is_input, freeable, none_each, none_each)
+    pred_order, root = _pred_order(is_input), range(nb)
+    reads = [_forwarded(d, root, pred_order) for d in declared_reads]
     readers, outputs_of, preds, succs = _adjacency(len(node_names), producer, reads, after)
     graph = Graph(
         name=name, size_hints={}, node_names=tuple(node_names), buffer_names=tuple(buffer_names),
-        size=tuple(size), symbolic_size=(None,) * nb, size_alloc=tuple(size_alloc), size_free=tuple(size_free),
-        producer=tuple(producer), freeable=tuple(freeable), is_output=tuple(is_output), alias_of=(None,) * nb,
-        alias_kind=(None,) * nb, root=tuple(range(nb)), parent=(None,) * nb,
+        size=tuple(size), symbolic_size=none_each, size_alloc=size_alloc, size_free=size_free,
+        producer=tuple(producer), freeable=tuple(freeable), is_output=tuple(is_output), alias_of=none_each,
+        alias_kind=none_each, root=tuple(root), parent=none_each,
         readers=tuple(tuple(r) for r in readers), outputs=tuple(tuple(o) for o in outputs_of), reads=tuple(reads),
         declared_reads=tuple(declared_reads), after=tuple(after), preds=tuple(preds), succs=tuple(succs),
         workspace=(0,) * len(node_names), unique_workspace=(0,) * len(node_names),

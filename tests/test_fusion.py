@@ -11,7 +11,7 @@ from reorder import BufferSpec, InputSpec, NodeSpec, build_graph, estimate_peak_
 from reorder.errors import GraphError
 from reorder.graph import Graph
 from reorder.fusion import (CONFIRM_METHODS, PeakProfile, fused_graph, fusion_groups, fusion_peak, ranked_order,
-                            reordered_fusion_peak, should_block, window_order)
+                            removable_buffers, reordered_fusion_peak, should_block, window_order)
 from reorder.schedulers import reorder_for_peak_memory
 
 MB = 1 << 20
@@ -158,10 +158,7 @@ def test_incremental_peak_equals_full_reestimate(spec, pick):
 def _fused_specs(graph, groups):
     """What ``fused_graph`` stands for, spelled out as specs for ``build_graph``: each group one node writing its
     members' outputs (less those read only inside it, where Inductor drops them) and reading the rest."""
-    removable = [graph.producer[b] is not None and not graph.is_output[b] and bool(graph.readers[b])
-                 and graph.alias_of[b] is None and graph.members[b] == (b,) and graph.parent[b] is None
-                 and not graph.children[b] and graph.size_alloc[b] == graph.size_free[b]
-                 for b in range(graph.num_buffers)]
+    removable = removable_buffers(graph)
     group_of = {v: g for g, members in enumerate(groups) for v in members}
     names = ["+".join(graph.node_names[v] for v in members) for members in groups]
     nodes = []
