@@ -93,16 +93,40 @@ def test_the_main_tables_compile_seconds_are_the_fresh_processes_medians():
 def test_the_budgets_compile_costs_set_ours_beside_stocks_and_inductors_compile_of_the_same_round():
     row = budget_cached("ViTForImageClassification")
     rounds = CompileRounds.of({"variants": ["stock", "budget:1", "budget:0.547", "inductor-budget:0.547"], "rounds": [
-        {"stock": {"compile_seconds": 20.0}, "budget:1": {"compile_seconds": 21.0, "stage_seconds": 0.4},
-         "budget:0.547": {"compile_seconds": 26.0, "stage_seconds": 2.0},
-         "inductor-budget:0.547": {"compile_seconds": 25.0}},
-        {"stock": {"compile_seconds": 30.0}, "budget:1": {"compile_seconds": 30.0, "stage_seconds": 0.6},
-         "budget:0.547": {"compile_seconds": 36.0, "stage_seconds": 3.0},
+        {"stock": {"compile_seconds": 20.0, "kernels_built": 23},
+         "budget:1": {"compile_seconds": 21.0, "stage_seconds": 0.4, "kernels_built": 24},
+         "budget:0.547": {"compile_seconds": 26.0, "stage_seconds": 2.0, "kernels_built": 40},
+         "inductor-budget:0.547": {"compile_seconds": 25.0}},  # measured before kernels were counted
+        {"stock": {"compile_seconds": 30.0, "kernels_built": 23},
+         "budget:1": {"compile_seconds": 30.0, "stage_seconds": 0.6, "kernels_built": 24},
+         "budget:0.547": {"compile_seconds": 36.0, "stage_seconds": 3.0, "kernels_built": 41},
          "inductor-budget:0.547": {"compile_seconds": 33.0}}]})
     header, _, line = compile_costs([budget_row(row, rounds), budget_row(row)])  # a row without rounds: none
     cells = line.strip("| ").split(" | ")
     assert cells[:4] == ["ViTForImageClassification", "25.0", "2", "-8%"]  # 9.83 MB against stock's 10.64 MB
     # ours at 1.0: 21/20 and 30/30; its stages 0.4/20 and 0.6/30; at 0.547: 26/20 and 36/30, its stages 2/20 and
     # 3/30; Inductor's at 0.547: 25/20 and 33/30 (medians of the rounds' ratios)
-    assert cells[5:] == ["+2%", "2%", "0.547", "+25%", "10%", "+18%"]
+    # the kernels each built: one count where the rounds agree, each round's where not, none for Inductor's
+    assert cells[5:] == ["+2%", "2%", "0.547", "+25%", "10%", "+18%", "23 / 24 / 40, 41 / -"]
     assert compile_costs([budget_row(row)]) == []
+    assert compile_report.compile_table(rounds)[4:6] == ["| stock | 20.0 / 30.0 | 25.0 |  |  | 23 |",
+                                                          "| budget:1 | 21.0 / 30.0 | 25.5 | +2% | 2% | 24 |"]
+
+
+def test_the_kernels_built_are_counted_in_a_cache_folder_of_the_processs_own(monkeypatch):
+    """Inductor reads ``TORCHINDUCTOR_CACHE_DIR`` at every compile: the block's kernels land in a folder of its own,
+    counted by their shared objects wherever Inductor puts them, and the folder goes with the block."""
+    import os
+    from pathlib import Path
+
+    from benchmarks.real.compile_once import kernels_counted
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/elsewhere")
+    with kernels_counted() as kernels_built:
+        folder = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+        assert folder != Path("/elsewhere") and kernels_built() == 0
+        (folder / "tmpa" / "ab").mkdir(parents=True)
+        for name in ("tmpa/ab/cab.main.cpp", "tmpa/ab/cab.main.so", "tmpa/cd.so"):
+            (folder / name).write_text("")
+        assert kernels_built() == 2
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/elsewhere" and not folder.exists()

@@ -367,13 +367,15 @@ def compile_costs(rows: Sequence[BudgetRow]) -> list[str]:
     """What the budget costs a compile and gives a step, per row measured in compile rounds: stock's compile
     seconds (the median of its rounds), ours at 1.0 (real peak and step time against stock's, from the row's
     alternation; compile seconds against stock's in the same round, and of them our stages), ours at the row's
-    lowest fraction and Inductor's budget at that fraction (compile against stock's)."""
+    lowest fraction and Inductor's budget at that fraction (compile against stock's), and the C++ kernels each
+    built."""
     timed = [r for r in rows if r.compile_rounds is not None]
     if not timed:
         return []
     lines = ["| model | stock compile s | rounds | ours 1.0: real peak vs stock | step vs stock | compile extra | "
              "of it our stages | ours lowest: fraction | compile extra | of it our stages | "
-             "Inductor's at that fraction: compile extra |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "Inductor's at that fraction: compile extra | C++ kernels built: stock / 1.0 / lowest / Inductor's |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in timed:
         rounds = row.compile_rounds
         ours = {_budget_fraction(v): v for v in rounds.ours()}
@@ -389,9 +391,17 @@ def compile_costs(rows: Sequence[BudgetRow]) -> list[str]:
                  "" if lowest is None else f"{lowest:g}",
                  "" if lowest is None else percent(rounds.extra(ours[lowest])),
                  "" if lowest is None else percent(rounds.stages_share(ours[lowest]), False),
-                 "" if theirs is None else percent(rounds.extra(theirs))]
+                 "" if theirs is None else percent(rounds.extra(theirs)),
+                 _kernels(rounds, ["stock", full, lowest and ours[lowest], theirs])]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def _kernels(rounds: CompileRounds, variants: list[str | None]) -> str:
+    """The C++ kernels each of ``variants`` built, ``a / b / c / d`` (``-`` for one not compiled); empty where the
+    rounds did not count them."""
+    counts = [rounds.kernels_built(v) if v else "" for v in variants]
+    return "" if not any(counts) else " / ".join(c or "-" for c in counts)
 
 
 def inductor_table(folder: Path = BUDGETS) -> list[str]:
@@ -489,7 +499,8 @@ def budget_section(folder: Path = BUDGETS, images: Path = IMAGES) -> list[str]:
                   "variant's compile seconds over stock's in the same round, and `of it our stages` what our own "
                   "stages took (partition, order, fusion guard: the records' seconds), relative to stock's compile. "
                   "The rest is Inductor compiling what the partition asks for: a backward that recomputes has more "
-                  "kernels to generate and build, whoever chose the partition. Real peak and step time at 1.0 "
+                  "kernels to generate and build, whoever chose the partition (`C++ kernels built`: the distinct "
+                  "kernels each compile built, counted in a cache folder of its own). Real peak and step time at 1.0 "
                   "against stock's come from the row's measurement above (the step times' median over rounds of "
                   "their ratio in the same round).", "", *costs, ""]
     return lines + details_with_plots(rows, _detail, plot_budget, lambda r: f"budget-{r.model}.png",

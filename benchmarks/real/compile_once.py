@@ -12,8 +12,10 @@ in a cache folder of its own (``force_disable_caches``), as in a first compile o
 benchmark's (:func:`benchmarks.real.run.step_function`; training: forward and loss, ``backward()``, an eager SGD
 step). The result file holds ``compile_seconds`` as the main table defines them (the first two calls minus two
 steady calls: a second call may still compile), Dynamo's own count of its compile seconds, what our stages took
-(:attr:`reorder.inductor.Session.stage_seconds`; None without the hook), and one step's real peak
-(:func:`reorder.measure.measure`), which tells that the program compiled is the one the benchmark's row measured.
+(:attr:`reorder.inductor.Session.stage_seconds`; None without the hook), the C++ kernels Inductor built
+(:func:`kernels_counted`: most of a compile's seconds that are not our stages' go to generating and building
+them), and one step's real peak (:func:`reorder.measure.measure`), which tells that the program compiled is the
+one the benchmark's row measured.
 """
 
 from __future__ import annotations
@@ -21,24 +23,51 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import statistics
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, Iterator
 
 import torch
 
 from reorder.inductor.session import HookOptions
 
-__all__ = ["compile_here", "main"]
+__all__ = ["compile_here", "kernels_counted", "main"]
 
 #: Steady calls after the first two; their median is the steady step.
 STEADY_CALLS = 3
 
 
+@contextmanager
+def kernels_counted() -> Iterator[Callable[[], int]]:
+    """Inductor's cache folder made anew for the block (``TORCHINDUCTOR_CACHE_DIR``, read at every compile) and
+    removed after it; yields a function that counts the C++ kernels built in it so far (its shared objects: a
+    kernel whose source was built before in the process is not built again, so each distinct source counts once).
+    Enter it before the process compiles anything."""
+    previous = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="inductor-") as folder:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+        try:
+            yield lambda: sum(1 for _ in Path(folder).rglob("*.so"))
+        finally:
+            if previous is None:
+                os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+            else:
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = previous
+
+
 def compile_here(model_name: str, mode: str, spec: str, size: str = "bench") -> dict:
     """Compile and run ``model_name``'s step under the variant ``spec`` in this process: its compile seconds, our
-    stages' seconds and its real peak (see the module's docstring)."""
+    stages' seconds, the C++ kernels built and its real peak (see the module's docstring)."""
+    with kernels_counted() as kernels_built:
+        return _compile_here(model_name, mode, spec, size, kernels_built)
+
+
+def _compile_here(model_name: str, mode: str, spec: str, size: str, kernels_built: Callable[[], int]) -> dict:
     from torch._inductor import config
 
     from reorder.compare import dynamo_compile_seconds
@@ -77,7 +106,7 @@ def compile_here(model_name: str, mode: str, spec: str, size: str = "bench") -> 
             "compile_seconds": max(0.0, first_two - 2 * steady), "dynamo_compile_seconds": dynamo_compile_seconds(),
             "stage_seconds": None if session is None else session.stage_seconds,
             "fallbacks": [] if session is None else [f"{f.stage} in {f.graph}: {f.reason}" for f in session.fallbacks],
-            "step_seconds": steady, "real_peak": measure(step, "cpu").peak}
+            "kernels_built": kernels_built(), "step_seconds": steady, "real_peak": measure(step, "cpu").peak}
 
 
 def _context(spec: str, train: bool):

@@ -34,18 +34,20 @@ def percent(x: float | None, signed: bool = True) -> str:
 @dataclass(frozen=True)
 class CompileRounds:
     """A row's compile seconds measured in rounds: every variant compiled once per round, each in a fresh process,
-    one after the other. By variant, round by round: its compile seconds and our stages' seconds (its records'),
-    None where it failed that round."""
+    one after the other. By variant, round by round: its compile seconds, our stages' seconds (its records') and the
+    C++ kernels it built, None where it failed that round (or, for the kernels, where rounds measured before the
+    count existed)."""
 
     variants: tuple[str, ...]
     seconds: dict[str, tuple[float | None, ...]]
     stages: dict[str, tuple[float | None, ...]]
+    kernels: dict[str, tuple[int | None, ...]]
 
     @classmethod
     def of(cls, data: dict) -> CompileRounds:
         rounds = data["rounds"]
         get = lambda key: {v: tuple(r.get(v, {}).get(key) for r in rounds) for v in data["variants"]}  # noqa: E731
-        return cls(tuple(data["variants"]), get("compile_seconds"), get("stage_seconds"))
+        return cls(tuple(data["variants"]), get("compile_seconds"), get("stage_seconds"), get("kernels_built"))
 
     @property
     def count(self) -> int:
@@ -71,6 +73,13 @@ class CompileRounds:
         ran = [s for s in self.seconds.get(variant, ()) if s is not None]
         return statistics.median(ran) if ran else None
 
+    def kernels_built(self, variant: str) -> str:
+        """The C++ kernels ``variant``'s compile built, as a table shows them: one count where every round that
+        counted them agrees (a compile builds the same kernels each time), else each round's (``40, 41``); empty
+        where none counted them."""
+        counted = [k for k in self.kernels.get(variant, ()) if k is not None]
+        return "" if not counted else str(counted[0]) if len(set(counted)) == 1 else ", ".join(map(str, counted))
+
     def ours(self) -> list[str]:
         return [v for v in self.variants if v.startswith("budget:")]
 
@@ -80,19 +89,19 @@ class CompileRounds:
 
 def compile_table(rounds: CompileRounds | None) -> list[str]:
     """A row's compile rounds as a table: each variant's seconds round by round, their median, the median of its
-    ratio to stock's in the same round, and our stages' share of stock's compile."""
+    ratio to stock's in the same round, our stages' share of stock's compile, and the C++ kernels it built."""
     if rounds is None:
         return []
     seconds = lambda xs: " / ".join("failed" if x is None else f"{x:.1f}" for x in xs)  # noqa: E731
     lines = [f"Compile seconds in {rounds.count} rounds, every variant once a round in a fresh process, one after "
              "the other:", "",
              "| variant | compile s, by round | median s | extra over stock's (median of rounds) | "
-             "our stages, of stock's compile |", "|---|---|---:|---:|---:|"]
+             "our stages, of stock's compile | C++ kernels built |", "|---|---|---:|---:|---:|---:|"]
     for v in rounds.variants:
         median = rounds.median_seconds(v)
         lines.append(f"| {v} | {seconds(rounds.seconds[v])} | {'' if median is None else f'{median:.1f}'} | "
                      f"{'' if v == 'stock' else percent(rounds.extra(v), True)} | "
-                     f"{percent(rounds.stages_share(v), False)} |")
+                     f"{percent(rounds.stages_share(v), False)} | {rounds.kernels_built(v)} |")
     return lines + [""]
 
 

@@ -85,12 +85,13 @@ def run_child(command: list[str], out: Path, timeout: float) -> dict:
 
 def compile_fresh(model: str, mode: str, variant: str) -> dict:
     """One compile of ``model``'s row under ``variant`` in a fresh process (:mod:`benchmarks.real.compile_once`):
-    its compile seconds, our stages' seconds and its real peak, or ``{"error": ...}``."""
+    its compile seconds, our stages' seconds, the C++ kernels it built and its real peak, or ``{"error": ...}``."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         result = run_child([sys.executable, "-m", "benchmarks.real.compile_once", model, mode, variant,
                             "--out", str(out)], out, TIMEOUT)
-    kept = ("compile_seconds", "dynamo_compile_seconds", "stage_seconds", "real_peak", "fallbacks", "error")
+    kept = ("compile_seconds", "dynamo_compile_seconds", "stage_seconds", "kernels_built", "real_peak", "fallbacks",
+            "error")
     return {k: result[k] for k in kept if k in result}
 
 

@@ -29,7 +29,7 @@ compile seconds as a ratio instead (:func:`time_compiles`): :data:`COMPILE_VARIA
 fractions and Inductor's budget at 0.4) each compiled once per round, in fresh processes one after the other,
 ``N`` rounds; the report compares each variant with stock by the median over rounds of their ratio in the same
 round. Cached under the row's ``compile_rounds`` key, run again when asked with other variants or rounds or with
-``--again``.
+``--again`` (or ``--compile-again``: the rounds alone).
 """
 
 from __future__ import annotations
@@ -108,8 +108,8 @@ def run_variant(row: str, variant: str, sizes: list[str], held_outside: list[int
 
 def compile_once(row: str, variant: str, sizes: list[str], held_outside: list | None) -> dict:
     """One compile of ``variant`` in a fresh process (:mod:`benchmarks.real.wild_step`): its compile seconds, the
-    seconds its records give our stages, and its real peak (the same program as its own cached process when
-    equal), or ``{"error": ...}``."""
+    seconds its records give our stages, the C++ kernels it built, and its real peak (the same program as its own
+    cached process when equal), or ``{"error": ...}``."""
     from .wild_report import stage_seconds
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -118,7 +118,7 @@ def compile_once(row: str, variant: str, sizes: list[str], held_outside: list | 
     if "error" in result:
         return {"error": result["error"]}
     return {"compile_seconds": result["compile_seconds"], "stage_seconds": stage_seconds(result.get("records", ())),
-            "real_peak": result["real_peak"]}
+            "kernels_built": result.get("kernels_built"), "real_peak": result["real_peak"]}
 
 
 def time_compiles(row: str, data: dict, variants: list[str], sizes: list[str], rounds: int, progress) -> dict:
@@ -157,7 +157,7 @@ def _stocks_held_outside(stock: dict) -> list | None:
 
 def measure_row(row: str, variants: list[str], sizes: list[str], again: bool, progress,
                 alternate_again: bool = False, compile_rounds: int = 0,
-                compile_variants: tuple[str, ...] = COMPILE_VARIANTS) -> dict:
+                compile_variants: tuple[str, ...] = COMPILE_VARIANTS, compile_again: bool = False) -> dict:
     """Every variant of ``variants`` not yet cached (all of them with ``again``), each cached as soon as it ran;
     the row's other cached variants are kept. Stock runs first whenever another variant does: its loss and
     gradients are what the others are checked against, and what its eager code held beside the compiled graphs
@@ -166,7 +166,7 @@ def measure_row(row: str, variants: list[str], sizes: list[str], again: bool, pr
     alternation is stale (:func:`_alternation_stale`: a variant measured anew to another program, say) or with
     ``alternate_again`` (the only way a failed alternation runs again). With ``compile_rounds``, the
     ``compile_variants``' compile seconds in that many rounds (:func:`time_compiles`) where the cache has none of
-    those variants and rounds, or with ``again``."""
+    those variants and rounds, or with ``again`` or ``compile_again`` (the compiles alone, the variants kept)."""
     path = WILD / f"{row}.json"
     cached = json.loads(path.read_text()) if path.exists() else {}
     same_sizes = cached.get("sizes") == sizes
@@ -190,7 +190,7 @@ def measure_row(row: str, variants: list[str], sizes: list[str], again: bool, pr
         progress(f"    {data['alternated'].get('error', 'done')}, {time.perf_counter() - t0:.0f} s")
         path.write_text(json.dumps(data) + "\n")
     asked = list(compile_variants)
-    if compile_rounds and (again or not compiles or compiles.get("variants") != asked
+    if compile_rounds and (again or compile_again or not compiles or compiles.get("variants") != asked
                            or len(compiles.get("rounds", ())) != compile_rounds):
         data["compile_rounds"] = time_compiles(row, data, asked, sizes, compile_rounds, progress)
         path.write_text(json.dumps(data) + "\n")
@@ -245,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compile-rounds", type=int, default=0, metavar="N",
                    help="also compile stock, ours at 1.0, 0.7 and 0.4 and Inductor's 0.4 in N rounds of fresh "
                         "processes, for compile seconds as ratios to stock's in the same round")
+    p.add_argument("--compile-again", action="store_true",
+                   help="with --compile-rounds: compile the rounds anew, the variants' cached measurements kept")
     for name, default in SIZES.items():
         p.add_argument(f"--{name}", type=int, default=default)
     args = p.parse_args(argv)
@@ -264,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         for row in rows:
             measure_row(row, variants, sizes, args.again, lambda text: print(text, file=sys.stderr, flush=True),
-                        args.alternate_again, args.compile_rounds)
+                        args.alternate_again, args.compile_rounds, compile_again=args.compile_again)
     from .report import write_report
 
     write_report(RESULTS / "bench")

@@ -13,7 +13,8 @@ with SGD; ``ROW`` says how the step is written (:data:`ROWS`); ``SPEC`` is a var
 (``stock``, ``budget:0.5``, ``inductor-budget:0.3``, :class:`reorder.compare.Variant`; on the rows that compile
 each layer on its own, our budgets count every layer's call: :func:`variant_spec`). Inductor's caches are off,
 so the first step compiles everything. The result file holds: the compile seconds (the first step's seconds minus
-a steady step's, and Dynamo's own count), the real peak of one step measured by :func:`reorder.measure.measure`
+a steady step's, and Dynamo's own count), the C++ kernels Inductor built (in a cache folder of the process's
+own: :func:`benchmarks.real.compile_once.kernels_counted`), the real peak of one step measured by :func:`reorder.measure.measure`
 (the hook's session's :meth:`~reorder.inductor.Session.measure_step` for our variants, which puts the meter's
 verdict in the records; the dynamic row: one step per sequence length, the verdict at the first, the sizes it
 compiled at; with what eager code held in each phase, ``outside_by_phase``), the median of ``--rounds`` steady
@@ -158,7 +159,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(args) -> dict:
+def run(args, kernels_built) -> dict:
+    """One variant's first step (its compile), steady steps and measured steps; ``kernels_built`` counts the C++
+    kernels Inductor built so far (:func:`benchmarks.real.compile_once.kernels_counted`)."""
     from torch._inductor import config
 
     from reorder.compare import dynamo_compile_seconds
@@ -201,7 +204,7 @@ def run(args) -> dict:
     result.update({
         "real_peak": peaks[-1]["real_peak"], "peaks": peaks, "step_seconds": step_seconds, "step_times": steady,
         "compile_seconds": max(0.0, first_seconds - step_seconds), "first_step_seconds": first_seconds,
-        "dynamo_compile_seconds": dynamo_compile_seconds(),
+        "dynamo_compile_seconds": dynamo_compile_seconds(), "kernels_built": kernels_built(),
         "loss": float(first), "fallbacks": [f"{f.stage} in {f.graph}: {f.reason}" for f in session.fallbacks]
         if session is not None else [],
         "estimate_feasible": estimates, "compiles_while_measured": compiles_measured,
@@ -371,7 +374,13 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--tensors saves one variant's first step: give it with --variant")
     if args.variant is not None:
         os.environ["REORDER_VARIANT"] = args.variant
-    result = run(args) if args.variant is not None else alternate(args)
+    if args.variant is not None:
+        from .compile_once import kernels_counted
+
+        with kernels_counted() as kernels_built:
+            result = run(args, kernels_built)
+    else:
+        result = alternate(args)
     if args.rank == 0 and args.out is not None:
         args.out.write_text(json.dumps(result) + "\n")
     return 0
