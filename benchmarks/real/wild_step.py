@@ -12,14 +12,14 @@ A Llama-style decoder built from its ``transformers`` config (seeded random weig
 with SGD; ``ROW`` says how the step is written (:data:`ROWS`); ``SPEC`` is a variant of ``reorder compare``
 (``stock``, ``budget:0.5``, ``inductor-budget:0.3``, :class:`reorder.compare.Variant`; on the rows that compile
 each layer on its own, our budgets count every layer's call: :func:`variant_spec`). Inductor's caches are off,
-so the first step compiles everything. The result file holds: the compile seconds (the first step's seconds minus
-a steady step's, and Dynamo's own count), the C++ kernels Inductor built (in a cache folder of the process's
-own: :func:`benchmarks.real.compile_once.kernels_counted`), the real peak of one step measured by :func:`reorder.measure.measure`
-(the hook's session's :meth:`~reorder.inductor.Session.measure_step` for our variants, which puts the meter's
-verdict in the records; the dynamic row: one step per sequence length, the verdict at the first, the sizes it
-compiled at; with what eager code held in each phase, ``outside_by_phase``), the median of ``--rounds`` steady
-steps, and the records. ``--tensors``: the first step's loss and gradients are saved there (``torch.save``, read
-back with ``weights_only=True``) for the runner's accuracy check.
+so the first step compiles everything. The result file holds: the compile seconds (the first step's seconds minus a
+steady step's, and Dynamo's own count), the C++ kernels Inductor built (in a cache folder of the process's own:
+:func:`benchmarks.real.compile_once.kernels_counted`), the real peak of one step measured by
+:func:`reorder.measure.measure` (the hook's session's :meth:`~reorder.inductor.Session.measure_step` for our
+variants, which puts the meter's verdict in the records; the dynamic row: one step per sequence length, the verdict
+at the first, the sizes it compiled at; with what eager code held in each phase, ``outside_by_phase``), the median
+of ``--rounds`` steady steps, and the records. ``--tensors``: the first step's loss and gradients are saved there
+(``torch.save``, read back with ``weights_only=True``) for the runner's accuracy check.
 
 ``--alternate``: the variants compiled side by side in this process and timed in alternation (:func:`alternate`),
 the step times the runner compares; their compiles and real peaks are the fresh processes'.
@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Callable
 from pathlib import Path
 
 import torch
@@ -159,7 +160,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(args, kernels_built) -> dict:
+def run(args, kernels_built: Callable[[], int]) -> dict:
     """One variant's first step (its compile), steady steps and measured steps; ``kernels_built`` counts the C++
     kernels Inductor built so far (:func:`benchmarks.real.compile_once.kernels_counted`)."""
     from torch._inductor import config
