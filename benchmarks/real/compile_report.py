@@ -94,7 +94,8 @@ def compile_table(rounds: CompileRounds | None) -> list[str]:
         return []
     seconds = lambda xs: " / ".join("failed" if x is None else f"{x:.1f}" for x in xs)  # noqa: E731
     lines = [f"Compile seconds in {rounds.count} rounds, every variant once a round in a fresh process, one after "
-             "the other:", "",
+             "the other (`C++ kernels built`: the distinct kernels its compile built, counted in a cache folder of "
+             "its own; empty for rounds measured before they were counted):", "",
              "| variant | compile s, by round | median s | extra over stock's (median of rounds) | "
              "our stages, of stock's compile | C++ kernels built |", "|---|---|---:|---:|---:|---:|"]
     for v in rounds.variants:
