@@ -40,8 +40,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -374,10 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.alternate is not None and args.tensors is not None:
         p.error("--tensors saves one variant's first step: give it with --variant")
     if args.variant is not None:
-        os.environ["REORDER_VARIANT"] = args.variant
-    if args.variant is not None:
         from .compile_once import kernels_counted
 
+        os.environ["REORDER_VARIANT"] = args.variant
         with kernels_counted() as kernels_built:
             result = run(args, kernels_built)
     else:
