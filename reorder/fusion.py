@@ -45,6 +45,10 @@ __all__ = [
 
 def removable_buffers(graph: Graph) -> tuple[bool, ...]:
     """Buffers Inductor drops when every reader is fused with the producer (see the module docstring)."""
+    if all(a is None for a in graph.alias_of) and all(p is None for p in graph.parent):
+        # no alias and no multi-output buffer (every fused list the guard builds): each buffer is its own storage
+        return tuple(p is not None and not out and bool(readers) and alloc == free for p, out, readers, alloc, free
+                     in zip(graph.producer, graph.is_output, graph.readers, graph.size_alloc, graph.size_free))
     return tuple(
         graph.producer[b] is not None
         and not graph.is_output[b]
@@ -58,7 +62,8 @@ def removable_buffers(graph: Graph) -> tuple[bool, ...]:
     )
 
 
-def fused_graph(graph: Graph, groups: Sequence[Sequence[int]], name: str | None = None) -> Graph:
+def fused_graph(graph: Graph, groups: Sequence[Sequence[int]], name: str | None = None,
+                removable: Sequence[bool] | None = None) -> Graph:
     """The graph with each group of ``graph``'s nodes fused into one node, the groups run in the order given.
 
     The groups split the nodes: each node in exactly one, none empty (else :class:`~reorder.errors.GraphError`).
@@ -70,9 +75,11 @@ def fused_graph(graph: Graph, groups: Sequence[Sequence[int]], name: str | None 
     named after its members joined by ``+``. The same graph :func:`~reorder.graph.build_graph`
     makes of those specs, assembled from ``graph``'s checked arrays
     (:func:`~reorder.graph.plain_graph`): the fusion guard makes one per fusion
-    it allows. Linear in nodes + edges.
+    it allows; ``removable``: :func:`removable_buffers` of ``graph``, where the caller keeps it. Linear in nodes +
+    edges.
     """
-    removable = removable_buffers(graph)
+    if removable is None:
+        removable = removable_buffers(graph)
     group_of = [-1] * graph.num_nodes
     for g, members in enumerate(groups):
         for v in members:
@@ -89,14 +96,15 @@ def fused_graph(graph: Graph, groups: Sequence[Sequence[int]], name: str | None 
             kept.extend(b for b in graph.outputs[v]
                         if not (removable[b] and all(group_of[r] == g for r in graph.readers[b])))
     new_id = {b: i for i, b in enumerate(kept)}
+    producer_group = [-1 if p is None else group_of[p] for p in graph.producer]
+    reads, after_of = graph.reads, graph.after
     declared_reads, after = [], []
     for g, members in enumerate(groups):
         declared_reads.append(tuple(dict.fromkeys(
-            new_id[b] for v in members for b in graph.reads[v]
-            if graph.producer[b] is None or group_of[graph.producer[b]] != g)))
+            new_id[b] for v in members for b in reads[v] if producer_group[b] != g)))
         after.append(tuple(dict.fromkeys(
-            group_of[p] for v in members for p in graph.after[v] if group_of[p] != g)))
-    producer = [None if graph.is_input[b] else group_of[graph.producer[b]] for b in kept]
+            group_of[p] for v in members for p in after_of[v] if group_of[p] != g)))
+    producer = [None if graph.is_input[b] else producer_group[b] for b in kept]
     return plain_graph(name or graph.name, node_names, [graph.buffer_names[b] for b in kept],
                        [graph.size[b] for b in kept], [graph.size_alloc[b] for b in kept],
                        [graph.size_free[b] for b in kept], producer, [graph.freeable[b] for b in kept],

@@ -35,6 +35,7 @@ graph at any other point of those ranges.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Iterable, Mapping, Sequence
@@ -193,6 +194,16 @@ class Graph:
     @property
     def num_edges(self) -> int:
         return sum(len(s) for s in self.succs)
+
+    @cached_property
+    def content_digest(self) -> str:
+        """A digest of everything the graph says but its name: two graphs with the same digest are the same
+        graph (the same scheduler nodes compiled again, in a recompile or in each layer compiled on its own)."""
+        content = (sorted(self.size_hints.items()), self.node_names, self.buffer_names, self.size, self.symbolic_size,
+                   self.size_alloc, self.size_free, self.producer, self.freeable, self.is_output, self.alias_of,
+                   self.alias_kind, self.parent, self.declared_reads, self.after, self.workspace,
+                   self.unique_workspace, sorted((k, repr(v)) for k, v in self.size_ranges.items()))
+        return hashlib.sha256(repr(content).encode()).hexdigest()
 
     @property
     def is_symbolic(self) -> bool:
@@ -543,7 +554,7 @@ def _costs(size: Sequence[int], size_alloc: Sequence[int | None], size_free: Seq
            is_input: Sequence[bool], freeable: Sequence[bool], alias_of, parent) -> tuple[tuple[int, ...], ...]:
     """``(size_alloc, size_free)`` of every buffer: a freeable input allocates and frees its size, a
     non-freeable one nothing; a computed buffer what its kind implies (:func:`implied_costs`) unless given."""
-    implied = implied_costs(size, alias_of, parent)
+    implied = implied_costs(size, alias_of, parent) if None in size_alloc or None in size_free else None
     alloc, free = [], []
     for b, z in enumerate(size):
         if is_input[b]:
@@ -618,6 +629,12 @@ def _at_point(e: SizeExprs, point: Mapping[str, int], names, node_names, is_inpu
 def _pred_order(is_input: Sequence[bool]):
     """The key of Inductor's pred_buffers order: a node lists the buffers it reads by producer, graph inputs last."""
     return [b + len(is_input) if is_input[b] else b for b in range(len(is_input))].__getitem__
+
+
+def _in_order(items: tuple[int, ...], key) -> bool:
+    """Whether ``items`` (each listed once) already stand in ``key``'s order."""
+    keys = list(map(key, items))
+    return all(a < b for a, b in zip(keys, keys[1:]))
 
 
 def _forwarded(declared: tuple[int, ...], root: Sequence[int], pred_order) -> tuple[int, ...]:
@@ -799,7 +816,8 @@ def plain_graph(name: str, node_names: Sequence[str], buffer_names: Sequence[str
     none_each = (None,) * nb  # no alias, parent, kind or symbolic size
     size_alloc, size_free = _costs(size, size_alloc, size_free, is_input, freeable, none_each, none_each)
     pred_order, root = _pred_order(is_input), range(nb)
-    reads = [_forwarded(d, root, pred_order) for d in declared_reads]
+    # every buffer its own root: a node's reads are its declared ones in pred_buffers order (_forwarded)
+    reads = [d if _in_order(d, pred_order) else tuple(sorted(d, key=pred_order)) for d in declared_reads]
     readers, outputs_of, preds, succs = _adjacency(len(node_names), producer, reads, after)
     graph = Graph(
         name=name, size_hints={}, node_names=tuple(node_names), buffer_names=tuple(buffer_names),

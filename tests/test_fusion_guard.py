@@ -284,3 +284,50 @@ def test_every_graph_compiled_under_the_guard_gets_a_record_even_with_no_fusion_
     [order] = session.graphs
     assert [(r.graph, r.checks, r.blocked) for r in session.guards] == [(order.graph, 0, ())]
     assert "fusions blocked" in session.summary()
+
+
+def _accumulation_asked(guard, graph, questions, rebuilds_allowed=True):
+    """The guard asked ``questions`` (pairs of operation names) about a fresh scheduler of ``graph``, fusing what it
+    allows, as Inductor does; its answers and its record."""
+    from reorder.inductor.fusion_guard import _SchedulerView
+
+    scheduler = FakeScheduler(graph.node_names)
+    view = guard._view = _SchedulerView(scheduler, hold=True)
+    view.base, view.base_of_op = graph, {name: v for v, name in enumerate(graph.node_names)}
+    view.rank = list(range(graph.num_nodes))
+    if not rebuilds_allowed:
+        view.rebuild = lambda: pytest.fail("the guard judged a question it had answered for the same graph")
+    answers = []
+    for first, second in questions:
+        node1, node2 = scheduler.name_to_fused_node[first], scheduler.name_to_fused_node[second]
+        answers.append(guard.allows(scheduler, node1, node2))
+        if answers[-1]:
+            scheduler.fuse(node1, node2)
+    return answers, guard.finish(scheduler, "accumulation")
+
+
+def test_the_same_graph_compiled_again_gets_the_answers_it_got_without_judging_them_again():
+    """A recompile, or each layer compiled on its own: the same graph asked the same questions in the same order
+    gets the first compile's answers and counts, replayed (the accumulation's third fusion stays refused); where
+    the questions part from the first compile's, the guard judges again from the scheduler as it is."""
+    from test_fusion import MB, accumulation
+
+    graph = accumulation(4)
+    questions = [("add0", "add1"), ("add0", "add2"), ("add0", "add3")]
+    session = Session()
+    options = HookOptions(fusion_slack_bytes=MB, fusion_slack_fraction=0.0, memory_budget=0.5)
+    first_answers, first = _accumulation_asked(FusionGuard(options, session=session), graph, questions)
+    assert first_answers == [True, True, False] and not first.replayed and first.rebuilds > 0
+    again_answers, again = _accumulation_asked(FusionGuard(options, session=session), graph, questions,
+                                               rebuilds_allowed=False)
+    assert again_answers == first_answers and again.replayed
+    assert dataclasses.replace(again, seconds=first.seconds, replayed=False) == first
+    # another order of questions: judged again, the answers a guard with no past gives
+    other = [("add2", "add3"), ("add0", "add1"), ("add0", "add2")]
+    fresh_answers, fresh = _accumulation_asked(FusionGuard(options, session=Session()), graph, other)
+    parted_answers, parted = _accumulation_asked(FusionGuard(options, session=session), graph, other)
+    assert parted_answers == fresh_answers and not parted.replayed and parted.rebuilds > 0
+    # other options: judged again (a slack large enough allows every fusion)
+    wider = dataclasses.replace(options, fusion_slack_bytes=4 * MB)
+    wide_answers, wide = _accumulation_asked(FusionGuard(wider, session=session), graph, questions)
+    assert wide_answers == [True, True, True] and not wide.replayed

@@ -521,7 +521,9 @@ class GuardRecord(_Record):
     """What the fusion guard did in one graph: ``checks`` (fusions judged), ``blocked`` (one dict per fusion
     refused: ``nodes``, ``peak``, ``fused_peak``, ``bytes``), ``avoided_by_reordering`` (rises the reorder pass
     undoes, so allowed), ``work`` (its count of effort), ``budget_exhausted``, ``rebuilds``, ``seconds``,
-    ``failed`` (the error that turned it off for this graph, if any)."""
+    ``failed`` (the error that turned it off for this graph, if any); ``replayed``: whether its answers were
+    those the guard gave the same graph earlier in the session (a recompile, or each layer compiled on its own),
+    replayed without judging again (the counts are then that compile's, ``seconds`` this one's)."""
 
     graph: str
     checks: int
@@ -532,6 +534,7 @@ class GuardRecord(_Record):
     rebuilds: int
     seconds: float
     failed: str | None = None
+    replayed: bool = False
 
     kind = "guard"
 
@@ -767,6 +770,16 @@ class Session:
         with self._lock:
             self._made.setdefault(key, value)
         return value, False
+
+    def remembered(self, key: object) -> object | None:
+        """What :meth:`remember` kept for ``key`` in this session, or None."""
+        with self._lock:
+            return self._made.get(key)
+
+    def remember(self, key: object, value: object) -> None:
+        """Keep ``value`` for ``key`` (the first one kept stays); ``key`` must hold everything it depends on."""
+        with self._lock:
+            self._made.setdefault(key, value)
 
     def region_plan(self, region: str) -> object | None:
         """The plan :meth:`plan_region` remembered for ``region``, or None."""
