@@ -632,7 +632,7 @@ def _pred_order(is_input: Sequence[bool]):
 
 
 def _in_order(items: tuple[int, ...], key) -> bool:
-    """Whether ``items`` (each listed once) already stand in ``key``'s order."""
+    """Whether ``items`` stand in ``key``'s order, each once."""
     keys = list(map(key, items))
     return all(a < b for a, b in zip(keys, keys[1:]))
 
@@ -640,6 +640,8 @@ def _in_order(items: tuple[int, ...], key) -> bool:
 def _forwarded(declared: tuple[int, ...], root: Sequence[int], pred_order) -> tuple[int, ...]:
     """A node's reads forwarded to alias roots, in pred_buffers order; ``declared`` itself where they agree (one
     tuple for both)."""
+    if all(root[b] == b for b in declared) and _in_order(declared, pred_order):
+        return declared  # no alias among them, listed in order already (every read of a fused list, mostly)
     forwarded = tuple(sorted(set(declared) | {root[b] for b in declared}, key=pred_order))
     return declared if forwarded == declared else forwarded
 
@@ -816,8 +818,7 @@ def plain_graph(name: str, node_names: Sequence[str], buffer_names: Sequence[str
     none_each = (None,) * nb  # no alias, parent, kind or symbolic size
     size_alloc, size_free = _costs(size, size_alloc, size_free, is_input, freeable, none_each, none_each)
     pred_order, root = _pred_order(is_input), range(nb)
-    # every buffer its own root: a node's reads are its declared ones in pred_buffers order (_forwarded)
-    reads = [d if _in_order(d, pred_order) else tuple(sorted(d, key=pred_order)) for d in declared_reads]
+    reads = [_forwarded(d, root, pred_order) for d in declared_reads]
     readers, outputs_of, preds, succs = _adjacency(len(node_names), producer, reads, after)
     graph = Graph(
         name=name, size_hints={}, node_names=tuple(node_names), buffer_names=tuple(buffer_names),

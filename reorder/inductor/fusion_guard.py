@@ -97,8 +97,8 @@ import weakref
 from dataclasses import dataclass
 
 from ..errors import ReorderError
-from ..fusion import (CONFIRM_METHODS, PeakProfile, fused_graph, fusion_peak, ranked_order, reordered_fusion_peak,
-                      should_block)
+from ..fusion import (CONFIRM_METHODS, PeakProfile, fused_graph, fusion_peak, ranked_order, removable_buffers,
+                      reordered_fusion_peak, should_block)
 from ..schedulers import RECHECK_METHODS, reorder_for_peak_memory
 from .adapter import graph_being_compiled, graph_from_scheduler
 from .compiled_budget import partitioned
@@ -147,6 +147,7 @@ class _SchedulerView:
         self.seconds = 0.0
         self.failed: str | None = None
         self.base = None
+        self.base_removable: tuple[bool, ...] | None = None
         self.base_of_op: dict[str, int] = {}
         self.rank: list[int] = []
         self.profile: PeakProfile | None = None
@@ -234,7 +235,10 @@ class _SchedulerView:
                                    f"before fusion")
         groups = [sorted(set(members[id(node)])) for node in current]
         order = ranked_order(self.base, groups, self.rank)
-        self.profile = PeakProfile.of(fused_graph(self.base, [groups[i] for i in order]))
+        if self.base_removable is None:  # the unfused list's, the same for every fused list made of it
+            self.base_removable = removable_buffers(self.base)
+        self.profile = PeakProfile.of(fused_graph(self.base, [groups[i] for i in order],
+                                                  removable=self.base_removable))
         self.current = current
         self.position = {id(current[i]): step for step, i in enumerate(order)}
         self.decided = {}

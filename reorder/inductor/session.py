@@ -761,18 +761,17 @@ class Session:
     def reused(self, key: object, make: Callable[[], object]) -> tuple[object, bool]:
         """The value made for ``key`` earlier in this session, else ``make()``, kept for the next asking; and
         whether it was reused. ``key`` must hold everything the value depends on (the partitioner's frontier of
-        one region compiled again: each layer of a model compiled on its own). ``make`` runs outside the lock:
-        two threads asking at once may both make it."""
-        with self._lock:
-            if key in self._made:
-                return self._made[key], True
+        one region compiled again: each layer of a model compiled on its own; a None made is made again). ``make``
+        runs outside the lock: two threads asking at once may both make it."""
+        value = self.remembered(key)
+        if value is not None:
+            return value, True
         value = make()
-        with self._lock:
-            self._made.setdefault(key, value)
+        self.remember(key, value)
         return value, False
 
     def remembered(self, key: object) -> object | None:
-        """What :meth:`remember` kept for ``key`` in this session, or None."""
+        """What :meth:`remember` (or :meth:`reused`) kept for ``key`` in this session, or None."""
         with self._lock:
             return self._made.get(key)
 
