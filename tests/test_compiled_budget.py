@@ -12,8 +12,8 @@ from helpers import allocated_peak
 
 from reorder.graph import BufferSpec, InputSpec, NodeSpec, build_graph
 from reorder.inductor import PartitionRecord
-from reorder.budget.allocation_model import AllocationModel, release_steps
-from reorder.budget.allocation_search import lower_allocated_peak
+from reorder.budget.allocation_model import AllocationModel, kernel_count, release_steps
+from reorder.budget.allocation_search import fewer_kernels, lower_allocated_peak
 from reorder.inductor.compiled_budget import (RegionPlan, check_generated, compiled_model, expect_region,
                                               model_of_nodes, region_of)
 from reorder.inductor.generated_code import AllocationEvent as Event, GeneratedCode
@@ -526,3 +526,73 @@ def test_a_kernel_fused_at_its_outer_loops_allocates_no_local_buffer(fresh_compi
     (name,) = [r.graph for r in session.graphs]
     allocated = {e.name for e in session.generated_code(name).events if e.kind in ("allocate", "extern")}
     assert local <= scheduled[0] and not local & allocated
+
+
+def test_kernel_groups_are_counted_as_the_cpu_backend_builds_them():
+    """A kernel group is a run of grouped nodes with a generated kernel in it; a run of no-ops builds nothing, an
+    extern kernel ends a run, and without kernel groups (Triton) there is no count."""
+    assert kernel_count("NNEGNGENE", range(9)) == 1
+    assert kernel_count("GEGNEG", range(6)) == 3 and kernel_count("GEGNEG", [0, 2, 3, 5, 1, 4]) == 1
+    g = split_kernels()
+    model = AllocationModel(g, (True, False, True, False), (True,) * g.num_buffers, grouped=(True, False, True, False))
+    assert model.kinds == "GEGE" and model.kernels([0, 1, 2, 3]) == 2 and model.kernels([0, 2, 1, 3]) == 1
+    assert dataclasses.replace(model, grouped=None).kernels([0, 1, 2, 3]) is None
+
+
+def split_kernels(out_bytes: int = 500):
+    """``a`` and ``b`` are generated kernels, ``mm`` and ``mm2`` extern ones: listed a, mm, b, mm2, the two
+    generated kernels build apart (two groups); ``b`` moved before ``mm`` joins ``a``'s group."""
+    return build_graph(
+        [NodeSpec("a", [BufferSpec("A", 100)], reads=["x"]),
+         NodeSpec("mm", [BufferSpec("M", 100)], reads=["A"]),
+         NodeSpec("b", [BufferSpec("B", 10)], reads=["x"]),
+         NodeSpec("mm2", [BufferSpec("O", out_bytes)], reads=["M", "B"])],
+        [InputSpec("x", 1000)], ["O"])
+
+
+def test_kernels_are_gathered_into_fewer_groups_where_that_allocates_no_more():
+    """Listed a, mm, b, mm2, the generated kernels ``a`` and ``b`` build as two groups. With ``mm2``'s 500 B output
+    the peak is at ``mm2`` either way (610 B), so ``b`` moves before ``mm`` and joins ``a``: one group, the same
+    peak. With a 10 B output the peak is at ``mm`` (A + M, 200 B), and ``b``'s 10 B live beside them would raise
+    it: no move. The caller's ceiling and a count of no replays hold every move back too."""
+    generated, grouped = (True, False, True, False), (True, False, True, False)
+    g = split_kernels()
+    model = AllocationModel.build(g, generated, grouped=grouped, free_inputs={"x"})
+    assert model.peak([0, 1, 2, 3]) == model.peak([0, 2, 1, 3]) == 610
+    assert fewer_kernels([model], [0, 1, 2, 3], lambda order: True) == ([0, 2, 1, 3], 2, 1, 1)
+    assert fewer_kernels([model], [0, 1, 2, 3], lambda order: False) == ([0, 1, 2, 3], 2, 2, 0)
+    assert fewer_kernels([model], [0, 1, 2, 3], lambda order: True, evaluations=0) == ([0, 1, 2, 3], 2, 2, 0)
+    small = AllocationModel.build(split_kernels(out_bytes=10), generated, grouped=grouped, free_inputs={"x"})
+    assert small.peak([0, 1, 2, 3]) == 200 < small.peak([0, 2, 1, 3]) == 210
+    assert fewer_kernels([small], [0, 1, 2, 3], lambda order: True) == ([0, 1, 2, 3], 2, 2, 0)
+    # an extern kernel between two groups joins them by moving where it splits none: here first
+    joined = build_graph(
+        [NodeSpec("a", [BufferSpec("A", 100)], reads=["x"]),
+         NodeSpec("e", [BufferSpec("E", 10)], reads=["x"]),
+         NodeSpec("b", [BufferSpec("B", 100)], reads=["A"]),
+         NodeSpec("f", [BufferSpec("O", 500)], reads=["E", "B"])],
+        [InputSpec("x", 1000)], ["O"])
+    model = AllocationModel.build(joined, generated, grouped=grouped, free_inputs={"x"})
+    gathered = fewer_kernels([model], [0, 1, 2, 3], lambda order: True)
+    assert gathered == ([1, 0, 2, 3], 2, 1, 1) and model.peak(gathered.order) <= model.peak([0, 1, 2, 3])
+    # without kernel groups (Triton) the order stays
+    assert fewer_kernels([dataclasses.replace(model, grouped=None)], [0, 1, 2, 3], lambda order: True) == (
+        [0, 1, 2, 3], 0, 0, 0)
+
+
+def test_a_budgeted_graph_keeps_its_order_with_the_generated_kernels_gathered():
+    """Listed a, mm, b, mm2 (the baseline's order), ``a`` and ``b`` build as two kernel groups; the pass moves
+    ``b`` into ``a``'s group, which allocates no more and keeps Inductor's estimate under stock's, and says so.
+    Without kernel groups (Triton) the order is the baseline's."""
+    g = split_kernels()
+    generated = (True, False, True, False)
+    model = AllocationModel.build(g, generated, grouped=generated, free_inputs={"x"})
+    result = reorder_for_peak_memory(g, ["baseline"])
+    choice = choose_order(g, g, result, allocation=model)
+    assert choice.order == [0, 2, 1, 3] and choice.method == "baseline_gathered"
+    assert model.kernels(choice.order) == 1 and model.peak(choice.order) <= model.peak(result.order)
+    assert choice.peak == estimate_peak_memory(g, choice.order).peak <= result.peak
+    assert choice.notes["kernels"] == ("1 node move(s) gathered the generated kernels into 1 kernel group(s), "
+                                       "was 2, allocating no more")
+    plain = choose_order(g, g, result, allocation=dataclasses.replace(model, grouped=None))
+    assert plain.order == [0, 1, 2, 3] and plain.method == "baseline" and "kernels" not in plain.notes

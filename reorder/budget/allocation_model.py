@@ -50,6 +50,7 @@ model's peak for the order kept is recorded beside theirs.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
@@ -59,7 +60,7 @@ from ..graph import Graph
 from ..sweep import live_bytes, peak_of
 from ..timeline import Lifetimes, Timeline, estimate_peak_memory, lifetimes, lifetimes_rebuilt, timeline_of
 
-__all__ = ["AllocationModel", "release_steps", "storage_handed_on"]
+__all__ = ["AllocationModel", "kernel_count", "release_steps", "storage_handed_on"]
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,25 @@ class AllocationModel:
         """The peak bytes the generated code allocates when it runs ``order`` (``check=False``: trust that it is
         valid, :func:`~reorder.timeline.lifetimes`)."""
         return peak_of(*self.live(order, check))[0]
+
+    def kernels(self, order: Sequence[int]) -> int | None:
+        """The C++ kernels the generated code of ``order`` builds: one per kernel group, a run of consecutive
+        grouped nodes with at least one kernel Inductor generates (a run of no-ops builds nothing; an extern
+        kernel ends the run). Inductor builds a kernel group as one source, compiled on its own, so a compile's
+        seconds beyond our stages grow with this count; two groups of the same source (repeated layers) are
+        built once, which this count does not know. None without kernel groups (Triton)."""
+        if self.grouped is None:
+            return None
+        return kernel_count(self.kinds, order)
+
+    @cached_property
+    def kinds(self) -> str:
+        """Per node, a letter: ``E`` an extern kernel (it ends a kernel group), ``G`` a kernel Inductor generates
+        into the group, ``N`` a no-op in the group; empty without kernel groups."""
+        if self.grouped is None:
+            return ""
+        return "".join("E" if not grouped else "G" if generated else "N"
+                       for grouped, generated in zip(self.grouped, self.generated))
 
     def live(self, order: Sequence[int], check: bool = True) -> tuple[list[int], list[int]]:
         """Per step of ``order`` (and one after the last): the bytes allocated, and the bytes held only while the
@@ -264,6 +284,15 @@ def _changes(life: Lifetimes, released: Sequence[int], allocates: Sequence[int],
     that releases its last reader's dead buffers."""
     return chain(zip(life.start, allocates),
                  ((released[end] + 1, -freed) for end, freed in zip(life.end, frees) if end is not None))
+
+
+#: A kernel group in a string of :attr:`AllocationModel.kinds`: a run of grouped nodes with a generated kernel.
+_KERNEL_GROUP = re.compile(r"N*G[GN]*")
+
+
+def kernel_count(kinds: str, order: Sequence[int]) -> int:
+    """The kernel groups of ``order`` (:meth:`AllocationModel.kernels`), ``kinds`` its model's letters per node."""
+    return len(_KERNEL_GROUP.findall("".join(kinds[v] for v in order)))
 
 
 def release_steps(order: Sequence[int], grouped: Sequence[bool] | None) -> list[int]:

@@ -45,9 +45,9 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple, Sequence
 
-from .allocation_model import AllocationModel
+from .allocation_model import AllocationModel, kernel_count
 
-__all__ = ["EVALUATIONS", "Moved", "lower_allocated_peak"]
+__all__ = ["EVALUATIONS", "Gathered", "Moved", "fewer_kernels", "lower_allocated_peak"]
 
 #: Replays a search may run (each costs one pass over the graph's nodes and buffers).
 EVALUATIONS = 2000
@@ -135,3 +135,68 @@ def _positions(order: Sequence[int]) -> list[int]:
     for step, v in enumerate(order):
         position[v] = step
     return position
+
+
+class Gathered(NamedTuple):
+    """What :func:`fewer_kernels` kept: the order, its kernel groups before and after, and the moves kept."""
+
+    order: list[int]
+    kernels_before: int
+    kernels: int
+    moves: int
+
+
+def fewer_kernels(models: Sequence[AllocationModel], order: Sequence[int], allowed: Callable[[list[int]], bool],
+                  evaluations: int = EVALUATIONS) -> Gathered:
+    """``order`` with its C++ kernels gathered into fewer kernel groups
+    (:meth:`~reorder.budget.allocation_model.AllocationModel.kernels`) where that allocates no more: first-improvement
+    moves of one node, each kept when it lowers the count, raises the allocated peak at no point of ``models``
+    (as in :func:`lower_allocated_peak`) and ``allowed`` accepts the new order. Passes repeat until one moves
+    nothing or ``evaluations`` candidate orders are replayed.
+
+    Each kernel group is one source Inductor compiles on its own, and most of what a compile spends beyond our
+    stages goes to building them. An order chosen for what it allocates splits groups that need not be split
+    (a generated kernel placed between two extern kernels builds alone): ALBERT-MLM's backward at 1.0 ran its
+    kernels in 18 groups where 13 allocate the same peak. Only two moves can lower the count, so only they are
+    counted and replayed: a generated kernel that is the only one of its group, moved beside another group
+    (a neighbour in the new place is grouped), and an extern kernel between two groups, which joins them,
+    moved where it splits no group (beside another extern kernel, or at either end).
+    An order without kernel groups (Triton) is returned as it is."""
+    model = models[0]
+    kinds = model.kinds
+    current = list(order)
+    before = model.kernels(current)
+    if before is None:
+        return Gathered(current, 0, 0, 0)
+    graph = model.graph
+    kernels, peaks = before, [m.peak(current) for m in models]
+    spent, moves, moved = 0, 0, True
+    while moved and spent < evaluations:
+        moved = False
+        position = _positions(current)
+        for v in list(current):
+            i = position[v]
+            rest = current[:i] + current[i + 1:]
+            if kernel_count(kinds, rest) >= kernels:
+                continue  # taking it out joins no groups and empties none: no place it goes lowers the count
+            earliest = max((position[u] for u in graph.preds[v]), default=-1) + 1
+            latest = min((position[u] for u in graph.succs[v]), default=len(current)) - 1
+            for j in range(earliest, latest + 1):
+                if j == i:
+                    continue
+                grouped_beside = (j > 0 and kinds[rest[j - 1]] != "E", j < len(rest) and kinds[rest[j]] != "E")
+                if all(grouped_beside) if kinds[v] == "E" else not any(grouped_beside):
+                    continue  # an extern kernel would split a group there; a generated one would start its own
+                candidate = rest[:j] + [v] + rest[j:]  # v at step j, as lower_allocated_peak moves it
+                count = kernel_count(kinds, candidate)
+                if count >= kernels:
+                    continue
+                if spent >= evaluations:
+                    return Gathered(current, before, kernels, moves)
+                spent += 1
+                candidate_peaks = [m.peak(candidate, check=False) for m in models]
+                if all(p <= q for p, q in zip(candidate_peaks, peaks)) and allowed(candidate):
+                    current, peaks, kernels, moved, moves = candidate, candidate_peaks, count, True, moves + 1
+                    position = _positions(current)
+                    break
+    return Gathered(current, before, kernels, moves)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..budget.allocation_model import AllocationModel
-from ..budget.allocation_search import lower_allocated_peak
+from ..budget.allocation_search import fewer_kernels, lower_allocated_peak
 from ..graph import Graph
 from ..schedulers import QUICK_METHODS, RECHECK_METHODS, ReorderResult, reorder_for_peak_memory
 from ..schedulers.across_sizes import inductor_reference, peaks_at_points
@@ -245,7 +245,13 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, options
     no higher than stock's, from that order and then from the other
     candidates in rank with the replays left (``moved_<m>``, ``m`` the
     start's method,
-    :func:`~reorder.budget.allocation_search.lower_allocated_peak`). The
+    :func:`~reorder.budget.allocation_search.lower_allocated_peak`). On the
+    CPU, nodes are then moved to gather the generated kernels into fewer of
+    the C++ backend's kernel groups, each move allocating no more and keeping
+    the estimate no higher than stock's (``<method>_gathered``, with a
+    ``"kernels"`` note; :func:`~reorder.budget.allocation_search.fewer_kernels`):
+    each group is a source Inductor builds on its own, so the compile takes
+    less time for the same peak. The
     budget's verdict reads what the kept order's code really allocates
     (:func:`~reorder.inductor.compiled_budget.check_generated`).
 
@@ -276,6 +282,7 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, options
                            table[points[0][0]][method], method, candidate))
     scored.sort(key=lambda s: s[:3])
     allocated_peak, real_peak, peak, method, order = scored[0]
+    kernels_note = ""
     if allocation is not None:
         graphs_at = [graph.at(point) for _, point in points]  # built once: the search asks for every move kept
         stock_peaks = [table[label][stock] for label, _ in points]
@@ -290,10 +297,19 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, options
         moved = lower_allocated_peak(models, [list(o) for o in starts], no_higher_than_stock)
         if moved.order != order:
             allocated_peak, order, method = moved.peak, moved.order, f"moved_{list(starts.values())[moved.start]}"
+        gathered = fewer_kernels(models, order, no_higher_than_stock)
+        if gathered.moves:
+            order, method = gathered.order, f"{method}_gathered"
+            allocated_peak = allocation.peak(order)
+            kernels_note = (f"{gathered.moves} node move(s) gathered the generated kernels into "
+                            f"{gathered.kernels} kernel group(s), was {gathered.kernels_before}, allocating no more")
+        if order != scored[0][-1]:
             real_peak = estimate_peak_memory(real_graph, order).peak
             peak = estimate_peak_memory(graph, order).peak
     stock_real_peak = estimate_peak_memory(real_graph, result.orders[stock]).peak
     notes = dict(result.notes)
+    if kernels_note:
+        notes["kernels"] = kernels_note
     lowest = f"the order of lowest estimate ({result.method}, {result.peak:,} B)"
     above = ""
     if peak > result.peak:
