@@ -565,7 +565,8 @@ def test_kernels_are_gathered_into_fewer_groups_where_that_allocates_no_more():
     small = AllocationModel.build(split_kernels(out_bytes=10), generated, grouped=grouped, free_inputs={"x"})
     assert small.peak([0, 1, 2, 3]) == 200 < small.peak([0, 2, 1, 3]) == 210
     assert fewer_kernels([small], [0, 1, 2, 3], lambda order: True) == ([0, 1, 2, 3], 2, 2, 0)
-    # an extern kernel between two groups joins them by moving where it splits none: here first
+    # an extern kernel between two groups joins them by moving where it splits none: first, or (with that
+    # order refused) after ``b``; ``a`` moved after ``e`` makes the first order too, and is refused with it
     joined = build_graph(
         [NodeSpec("a", [BufferSpec("A", 100)], reads=["x"]),
          NodeSpec("e", [BufferSpec("E", 10)], reads=["x"]),
@@ -575,6 +576,22 @@ def test_kernels_are_gathered_into_fewer_groups_where_that_allocates_no_more():
     model = AllocationModel.build(joined, generated, grouped=grouped, free_inputs={"x"})
     gathered = fewer_kernels([model], [0, 1, 2, 3], lambda order: True)
     assert gathered == ([1, 0, 2, 3], 2, 1, 1) and model.peak(gathered.order) <= model.peak([0, 1, 2, 3])
+    assert fewer_kernels([model], [0, 1, 2, 3], lambda order: order != [1, 0, 2, 3]) == ([0, 2, 1, 3], 2, 1, 1)
+    # an extern kernel moved into a run whose one side holds only a no-op splits no group there: listed a, e, b,
+    # c, n (G E G G N: two groups), e moved after c makes G G G E N, one group and a run of a no-op
+    after_noop = build_graph(
+        [NodeSpec("a", [BufferSpec("A", 100)], reads=["x"]),
+         NodeSpec("e", [BufferSpec("E", 10)], reads=["x"]),
+         NodeSpec("b", [BufferSpec("B", 100)], reads=["A"]),
+         NodeSpec("c", [BufferSpec("C", 10)], reads=["B"]),
+         NodeSpec("n", [BufferSpec("V", 0)], reads=["E"])],
+        [InputSpec("x", 1000)], ["C", "V"])
+    noop_model = AllocationModel.build(after_noop, (True, False, True, True, False),
+                                       grouped=(True, False, True, True, True), free_inputs={"x"})
+    assert noop_model.kinds == "GEGGN" and noop_model.kernels([0, 1, 2, 3, 4]) == 2
+    gathered = fewer_kernels([noop_model], [0, 1, 2, 3, 4], lambda order: order[0] != 1)  # not e first
+    assert gathered == ([0, 2, 3, 1, 4], 2, 1, 1)
+    assert noop_model.peak(gathered.order) <= noop_model.peak([0, 1, 2, 3, 4])
     # without kernel groups (Triton) the order stays
     assert fewer_kernels([dataclasses.replace(model, grouped=None)], [0, 1, 2, 3], lambda order: True) == (
         [0, 1, 2, 3], 0, 0, 0)

@@ -88,14 +88,15 @@ def _lower(peaks: Sequence[int], than: Sequence[int]) -> bool:
     return peaks[0] < than[0] and all(p <= q for p, q in zip(peaks, than))
 
 
-def _judged(models: Sequence[AllocationModel], candidate: Sequence[int], current: Sequence[int]) -> list[int] | None:
-    """The candidate's peak at every point when it is lower than ``current``'s (:func:`_lower`), else None;
-    replayed point by point, hint first, up to the first point where it is not lower at the hint or higher
-    elsewhere."""
+def _judged(models: Sequence[AllocationModel], candidate: Sequence[int], current: Sequence[int],
+            lower_at_hint: bool = True) -> list[int] | None:
+    """The candidate's peak at every point when it is lower than ``current``'s (:func:`_lower`; with
+    ``lower_at_hint`` False, when it is nowhere higher), else None; replayed point by point, hint first, up to
+    the first point where it fails."""
     peaks = []
     for model, peak in zip(models, current):
         candidate_peak = model.peak(candidate, check=False)  # a move within its neighbours: valid
-        if candidate_peak > peak or (not peaks and candidate_peak == peak):
+        if candidate_peak > peak or (lower_at_hint and not peaks and candidate_peak == peak):
             return None
         peaks.append(candidate_peak)
     return peaks
@@ -160,7 +161,8 @@ def fewer_kernels(models: Sequence[AllocationModel], order: Sequence[int], allow
     kernels in 18 groups where 13 allocate the same peak. Only two moves can lower the count, so only they are
     counted and replayed: a generated kernel that is the only one of its group, moved beside another group
     (a neighbour in the new place is grouped), and an extern kernel between two groups, which joins them,
-    moved where it splits no group (beside another extern kernel, or at either end).
+    moved where it splits no group: beside another extern kernel, at either end, or inside a run of which
+    one side holds only no-ops (every place of such an extern kernel is counted).
     An order without kernel groups (Triton) is returned as it is."""
     model = models[0]
     kinds = model.kinds
@@ -177,26 +179,47 @@ def fewer_kernels(models: Sequence[AllocationModel], order: Sequence[int], allow
         for v in list(current):
             i = position[v]
             rest = current[:i] + current[i + 1:]
-            if kernel_count(kinds, rest) >= kernels:
+            letters = "".join(kinds[u] for u in rest)
+            base = kernel_count(kinds, rest)
+            if base >= kernels or kinds[v] == "N":
                 continue  # taking it out joins no groups and empties none: no place it goes lowers the count
+            g_before, g_after = _generated_around(letters)
             earliest = max((position[u] for u in graph.preds[v]), default=-1) + 1
             latest = min((position[u] for u in graph.succs[v]), default=len(current)) - 1
             for j in range(earliest, latest + 1):
                 if j == i:
                     continue
-                grouped_beside = (j > 0 and kinds[rest[j - 1]] != "E", j < len(rest) and kinds[rest[j]] != "E")
-                if all(grouped_beside) if kinds[v] == "E" else not any(grouped_beside):
-                    continue  # an extern kernel would split a group there; a generated one would start its own
-                candidate = rest[:j] + [v] + rest[j:]  # v at step j, as lower_allocated_peak moves it
-                count = kernel_count(kinds, candidate)
+                # v between rest[j - 1] and rest[j]: the count there, from the letters around that place
+                left, right = j > 0 and letters[j - 1] != "E", j < len(letters) and letters[j] != "E"
+                left_g, right_g = left and g_before[j - 1], right and g_after[j]
+                if kinds[v] == "E":  # splits a run with a generated kernel on both sides into two groups
+                    count = base + (left and right and left_g and right_g)
+                else:  # joins a run with a generated kernel, or builds a group of its own
+                    count = base + (not (left_g or right_g))
                 if count >= kernels:
                     continue
                 if spent >= evaluations:
                     return Gathered(current, before, kernels, moves)
                 spent += 1
-                candidate_peaks = [m.peak(candidate, check=False) for m in models]
-                if all(p <= q for p, q in zip(candidate_peaks, peaks)) and allowed(candidate):
+                candidate = rest[:j] + [v] + rest[j:]  # v at step j, as lower_allocated_peak moves it
+                candidate_peaks = _judged(models, candidate, peaks, lower_at_hint=False)
+                if candidate_peaks is not None and allowed(candidate):
                     current, peaks, kernels, moved, moves = candidate, candidate_peaks, count, True, moves + 1
                     position = _positions(current)
                     break
     return Gathered(current, before, kernels, moves)
+
+
+def _generated_around(letters: str) -> tuple[list[bool], list[bool]]:
+    """Per place of ``letters`` (kinds in order, :attr:`~reorder.budget.allocation_model.AllocationModel.kinds`):
+    whether its run of grouped nodes holds a generated kernel at or before it, and at or after it."""
+    before, after = [False] * len(letters), [False] * len(letters)
+    seen = False
+    for t, letter in enumerate(letters):
+        seen = letter != "E" and (seen or letter == "G")
+        before[t] = seen
+    seen = False
+    for t in range(len(letters) - 1, -1, -1):
+        seen = letters[t] != "E" and (seen or letters[t] == "G")
+        after[t] = seen
+    return before, after
