@@ -137,7 +137,7 @@ class AllocationModel:
         built once, which this count does not know. None without kernel groups (Triton)."""
         if self.grouped is None:
             return None
-        return kernel_count(self.kinds, order)
+        return kernel_count("".join(self.kinds[v] for v in order))
 
     @cached_property
     def kinds(self) -> str:
@@ -290,9 +290,9 @@ def _changes(life: Lifetimes, released: Sequence[int], allocates: Sequence[int],
 _KERNEL_GROUP = re.compile(r"N*G[GN]*")
 
 
-def kernel_count(kinds: str, order: Sequence[int]) -> int:
-    """The kernel groups of ``order`` (:meth:`AllocationModel.kernels`), ``kinds`` its model's letters per node."""
-    return len(_KERNEL_GROUP.findall("".join(kinds[v] for v in order)))
+def kernel_count(letters: str) -> int:
+    """The kernel groups of an order (:meth:`AllocationModel.kernels`), ``letters`` its nodes' kinds in order."""
+    return len(_KERNEL_GROUP.findall(letters))
 
 
 def release_steps(order: Sequence[int], grouped: Sequence[bool] | None) -> list[int]:

@@ -177,11 +177,13 @@ def fewer_kernels(models: Sequence[AllocationModel], order: Sequence[int], allow
         moved = False
         position = _positions(current)
         for v in list(current):
+            if kinds[v] == "N":
+                continue  # a no-op builds nothing: no place it goes lowers the count
             i = position[v]
             rest = current[:i] + current[i + 1:]
             letters = "".join(kinds[u] for u in rest)
-            base = kernel_count(kinds, rest)
-            if base >= kernels or kinds[v] == "N":
+            base = kernel_count(letters)
+            if base >= kernels:
                 continue  # taking it out joins no groups and empties none: no place it goes lowers the count
             g_before, g_after = _generated_around(letters)
             earliest = max((position[u] for u in graph.preds[v]), default=-1) + 1
