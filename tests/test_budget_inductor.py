@@ -607,6 +607,73 @@ def test_our_dinic_cuts_inductors_networks_as_networkx_does(graph):
     assert outcome(_minimum_cut_by_dinic(nx.minimum_cut)) == outcome(nx.minimum_cut)
 
 
+def test_stocks_partition_shares_its_cuts_with_inductors_budgets_and_is_stocks(monkeypatch):
+    """Stock's own run of Inductor's partitioner makes the cut every budget below 1.0 makes first: under a budget
+    each distinct cut (its options and the nodes it may not ban) is made once in the whole partition, by our
+    Dinic, and stock's partition is the one Inductor makes without us."""
+    import collections
+
+    import torch._functorch.partitioners as partitioners
+
+    made = collections.Counter()
+    original = partitioners.solve_min_cut
+
+    def counting(joint_graph, node_info, min_cut_options, dont_ban=None):
+        made[(repr(min_cut_options), tuple(sorted(n.name for n in dont_ban or ())))] += 1
+        return original(joint_graph, node_info, min_cut_options, dont_ban)
+
+    monkeypatch.setattr(partitioners, "solve_min_cut", counting)
+    model, x = mlp(dropout=0.1), torch.randn(256, 64)
+    stock = run(step_of(model, min_cut_rematerialization_partition), model, x)
+    made.clear()
+    with hook.use(memory_budget=0.5) as session:
+        ours = run(step_of(model, BudgetPartitioner(session)), model, x)
+    assert all(torch.equal(a, b) for a, b in zip(ours, stock, strict=True))
+    (record,) = session.partitions
+    assert record.frontier and record.saved_bytes < record.stock_saved_bytes
+    # the first cut, with Inductor's default options, is stock's and every budget's first: made twice, by stock's
+    # run and by the partition made from our policies (a graph marked otherwise, which it cuts anew)
+    first, *others = made.values()
+    assert first == 2 and len(others) > 3 and set(others) == {1}, made
+
+    stocks = []
+
+    def both(gm, joint_inputs, **kwargs):
+        from reorder.inductor.partitioner import _InductorRuns, _stock_partition
+
+        fw, bw = _stock_partition(gm, joint_inputs, kwargs, _InductorRuns())
+        plain = min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+        stocks.append((fw.print_readable(False), plain[0].print_readable(False),
+                       bw.print_readable(False), plain[1].print_readable(False)))
+        return plain
+
+    run(step_of(model, both), model, x)
+    ((fw, plain_fw, bw, plain_bw),) = stocks
+    assert fw == plain_fw and bw == plain_bw
+
+
+def test_a_failure_of_our_cuts_in_stocks_run_gives_stocks_partition_all_the_same(monkeypatch, caplog):
+    """Stock's partition is made with its cuts remembered (and by our Dinic where networkx would make them); should
+    that fail, Inductor's partitioner runs again as it ships and the compile goes on with its partition (and the
+    budget's stage falls back to it too)."""
+    import reorder.inductor.partitioner as partitioner
+
+    def failing(self, solve):
+        def cut(*args, **kwargs):
+            raise RuntimeError("no cut today")
+        return cut
+
+    monkeypatch.setattr(partitioner._InductorRuns, "_remembered", failing)
+    model, x = mlp(), torch.randn(64, 64)
+    stock = run(step_of(model, min_cut_rematerialization_partition), model, x)
+    with caplog.at_level(logging.WARNING, logger="reorder"), hook.use(memory_budget=0.5) as session:
+        ours = run(step_of(model, BudgetPartitioner(session)), model, x)
+    assert all(torch.equal(a, b) for a, b in zip(ours, stock, strict=True))
+    assert "Inductor's partitioner failed with our cuts (RuntimeError: no cut today)" in caplog.text
+    (fallback,) = session.fallbacks
+    assert fallback.stage == "partition" and "no cut today" in fallback.reason
+
+
 def test_the_joint_graph_as_plain_data():
     graphs = []
 

@@ -4,7 +4,8 @@
 for each compiled region's joint forward-backward graph
 (``torch._inductor.config.custom_partitioner_fn``). It
 
-1. runs Inductor's own min-cut partitioner: *stock*, what the compile would do without us;
+1. runs Inductor's own min-cut partitioner: *stock*, what the compile would do without us (its minimum
+   cuts and common subexpressions kept for the runs of Inductor's budgets below, :class:`_InductorRuns`);
 2. converts the joint graph once (:mod:`~reorder.inductor.joint_adapter`)
    and builds the frontier of partitions (:func:`~reorder.budget.frontier.frontier`):
    stock, for each price of recomputation the partition that minimises
@@ -112,15 +113,15 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
         return f"reorder-budget-{source_hash()[:16]}-{self.options.uuid()}"
 
     def __call__(self, gm, joint_inputs, **kwargs):
-        from torch._functorch.partitioners import min_cut_rematerialization_partition
-
         name = graph_being_compiled()
-        stock = min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+        runs = _InductorRuns()
+        stock = _stock_partition(gm, joint_inputs, kwargs, runs)
         session = self.session
         try:
             region = _region_number(session, gm)
             with _collection_paused():
-                record, modules, plan = self._partition(gm, joint_inputs, kwargs, stock, name, session, region)
+                record, modules, plan = self._partition(gm, joint_inputs, kwargs, stock, name, session, region,
+                                                        runs)
         except Exception as exc:  # noqa: BLE001 - the user's compile must go on
             reason = f"{type(exc).__name__}: {exc}"
             log.warning("reorder: keeping Inductor's partition for %s: %s", name, reason)
@@ -140,7 +141,7 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
         return modules
 
     def _partition(self, gm, joint_inputs, kwargs: dict, stock: tuple, name: str, session: Session | None,
-                   region: int) -> tuple[PartitionRecord, tuple, RegionPlan | None]:
+                   region: int, runs: _InductorRuns) -> tuple[PartitionRecord, tuple, RegionPlan | None]:
         t0 = time.perf_counter()
         stages: dict[str, float] = {}
         lap = _stopwatch(stages)
@@ -176,7 +177,8 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
                     stock_here = at_larger_sizes(stock_candidate, scaled, held=held)
                     lap("larger sizes")
                 offered = {f"inductor budget {b:g}": [graph.index[n] for n in names if n in graph.index]
-                           for b, names in _inductor_choices(gm, joint_inputs, kwargs, INDUCTOR_BUDGETS).items()}
+                           for b, names in _inductor_choices(gm, joint_inputs, kwargs, INDUCTOR_BUDGETS,
+                                                                       runs).items()}
                 lap("inductor budgets")
                 built = frontier(graph, stock_here, held=held, offered=offered, scaled=scaled)
                 lap("frontier")
@@ -429,56 +431,61 @@ def _in_this_thread(replacements: dict[str, Callable[[Callable], Callable]], mod
                 setattr(module, name, original)
 
 
-def _inductor_choices(gm, joint_inputs, kwargs: dict, budgets) -> dict[float, list[str]]:
-    """Per budget, the names of the joint nodes Inductor's min-cut partition of ``gm`` saves with
-    ``activation_memory_budget=budget``, as its own partitioner chooses them, in less time than running it once
-    per budget:
+class _InductorRuns:
+    """What Inductor's min-cut partitioner does alike in each of its runs on one joint graph within one partition
+    (stock's partition, its choices at our :data:`INDUCTOR_BUDGETS`), done once for all of them while
+    :meth:`shared` is open:
 
-    * it is stopped where it would build the forward and backward graphs from its choice
-      (``_extract_fwd_bwd_modules``, half its time), which a candidate does not need;
-    * it runs once for all the budgets (:func:`_chosen_at_every_budget`): everything it does before choosing
-      (dead code, common subexpressions, tags, ``classify_nodes``, distances to the backward) depends on the
-      joint graph alone, so its ``choose_saved_values_set`` is asked at every budget with the same graph and
-      node classes, and what it would hand to the extraction is taken from each answer as the partitioner
-      takes it. It runs once per budget where that is not trusted (see there);
-    * its minimum cuts (``solve_min_cut``) are remembered across the budgets: below 1.0 every budget first cuts
-      with the same three sets of options, and only the knapsack's last cut depends on the budget;
-    * where it runs once per budget, its common-subexpression pass (``fx_graph_cse``) runs once: each run makes the
-      pass's result the joint module's graph, so the next run is handed that graph, which has no common
-      subexpression left (a graph the pass did not make is passed through it as before);
+    * its minimum cuts (``solve_min_cut``) are remembered by their options and the nodes they may not ban: stock's
+      own run at 1.0 makes the first cut every budget below 1.0 makes again, and below 1.0 every budget cuts with
+      the same three sets of options, only the knapsack's last cut depending on the budget;
+    * its common-subexpression pass (``fx_graph_cse``) runs once: each run makes the pass's result the joint
+      module's graph, so the next run is handed that graph, which has no common subexpression left (a graph the
+      pass did not make is passed through it as before);
     * the knapsack's runtime of each node (``estimate_runtime``: its flops, counted by running it on fake
-      tensors) is counted once, not once per budget: every budget weighs the same nodes of the same graph.
-      Only the ``"flops"`` and ``"testing"`` estimators are remembered; one that profiles, or a user's own, is
-      asked every time, as Inductor asks it;
-    * the cuts left to make are made by our Dinic (:func:`_cut_by_dinic`), six times faster than
-      networkx's preflow-push on a decoder's joint graph, with the same answer.
+      tensors) is counted once: every budget weighs the same nodes of the same graph. Only the ``"flops"`` and
+      ``"testing"`` estimators are remembered; one that profiles, or a user's own, is asked every time, as
+      Inductor asks it;
+    * the cuts it makes are made by our Dinic (:func:`_cut_by_dinic`), six times faster than networkx's
+      preflow-push on a decoder's joint graph, with the same answer.
 
     Only this thread's calls are changed; a compile in another thread meanwhile runs the partitioner as is."""
-    from torch.utils._ordered_set import OrderedSet
 
-    found: dict[float, list[str]] = {}
-    cuts, made_by_cse = {}, []
+    def __init__(self):
+        self.cuts: dict[tuple, tuple[list[str], list[str]]] = {}
+        self.made_by_cse: list[tuple] = []
+        self.runtimes: dict[str, float] = {}
 
-    def stop(extract):
-        def stopped(joint_module, saved_values, *args, **kwargs):
-            # the size symbols it saves beside them (dynamic shapes: an attention's sequence-length outputs)
-            # are saved values too; without them the backward would seem to recompute what computed them
-            sym_nodes = args[0] if args else kwargs.get("saved_sym_nodes", ())
-            raise _Chosen([node.name for node in (*saved_values, *sym_nodes)])
-        return stopped
+    @contextmanager
+    def shared(self, stopped: bool = False):
+        """While the block runs, this thread's runs of the partitioner share the work above; ``stopped``: each
+        run stops where it would build the forward and backward graphs from its choice
+        (``_extract_fwd_bwd_modules``, half its time), raising :class:`_Chosen` with the names it saves."""
+        replacements = {"solve_min_cut": self._remembered, "fx_graph_cse": self._once,
+                        "estimate_runtime": self._counted_once}
+        if stopped:
+            replacements["_extract_fwd_bwd_modules"] = _stop
+        with _in_this_thread(replacements), _cut_by_dinic():
+            yield
 
-    def remembered(solve):
+    def _remembered(self, solve):
+        from torch.utils._ordered_set import OrderedSet
+
+        cuts = self.cuts
+
         def solved(joint_graph, node_info, min_cut_options, dont_ban=None):
             key = (repr(min_cut_options), tuple(sorted(node.name for node in dont_ban or ())))
             if key not in cuts:
                 saved, banned = solve(joint_graph, node_info, min_cut_options, dont_ban)
                 cuts[key] = ([node.name for node in saved], [node.name for node in banned])
-            by_name = {node.name: node for node in joint_graph.nodes}  # each run makes its graph anew
+            by_name = {node.name: node for node in joint_graph.nodes}  # a run may make its graph anew
             saved, banned = cuts[key]
             return [by_name[name] for name in saved], OrderedSet(by_name[name] for name in banned)
         return solved
 
-    def once(cse):
+    def _once(self, cse):
+        made_by_cse = self.made_by_cse
+
         def eliminated(fx_graph, *args, **options):
             # 2.14 adds ``extra_node_key``, made anew by each run, which keeps a forward-only value apart from
             # one the backward needs. A graph the pass made with it has no pair left to merge under the next
@@ -491,8 +498,10 @@ def _inductor_choices(gm, joint_inputs, kwargs: dict, budgets) -> dict[float, li
             return made_by_cse[-1][0]
         return eliminated
 
-    def counted_once(estimate):
+    def _counted_once(self, estimate):
         from torch._functorch import config as functorch_config
+
+        runtimes = self.runtimes
 
         def estimated(node):
             if functorch_config.activation_memory_budget_runtime_estimator not in ("flops", "testing"):
@@ -502,10 +511,51 @@ def _inductor_choices(gm, joint_inputs, kwargs: dict, budgets) -> dict[float, li
             return runtimes[node.name]
         return estimated
 
-    runtimes: dict[str, float] = {}
-    with (_in_this_thread({"_extract_fwd_bwd_modules": stop, "solve_min_cut": remembered, "fx_graph_cse": once,
-                           "estimate_runtime": counted_once}),
-          _cut_by_dinic()):
+
+def _stop(extract):
+    """``_extract_fwd_bwd_modules`` replaced by a function that raises :class:`_Chosen` with what it was handed."""
+    def stopped(joint_module, saved_values, *args, **kwargs):
+        # the size symbols it saves beside them (dynamic shapes: an attention's sequence-length outputs)
+        # are saved values too; without them the backward would seem to recompute what computed them
+        sym_nodes = args[0] if args else kwargs.get("saved_sym_nodes", ())
+        raise _Chosen([node.name for node in (*saved_values, *sym_nodes)])
+    return stopped
+
+
+def _stock_partition(gm, joint_inputs, kwargs: dict, runs: _InductorRuns) -> tuple:
+    """Inductor's own min-cut partition of ``gm``, what the compile makes without us, with ``runs`` shared (its
+    cuts made by our Dinic, and remembered for the runs after it). Should anything of ours fail in it, the
+    partitioner runs again as Inductor ships it, so the compile gets stock's partition all the same."""
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    try:
+        with runs.shared():
+            return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the user's compile must go on
+        log.warning("reorder: Inductor's partitioner failed with our cuts (%s: %s); running it as it is",
+                    type(exc).__name__, exc)
+        runs.cuts.clear()
+        return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+
+
+def _inductor_choices(gm, joint_inputs, kwargs: dict, budgets, runs: _InductorRuns | None = None
+                      ) -> dict[float, list[str]]:
+    """Per budget, the names of the joint nodes Inductor's min-cut partition of ``gm`` saves with
+    ``activation_memory_budget=budget``, as its own partitioner chooses them, in less time than running it once
+    per budget:
+
+    * it is stopped where it would build the forward and backward graphs from its choice
+      (``_extract_fwd_bwd_modules``, half its time), which a candidate does not need;
+    * it runs once for all the budgets (:func:`_chosen_at_every_budget`): everything it does before choosing
+      (dead code, common subexpressions, tags, ``classify_nodes``, distances to the backward) depends on the
+      joint graph alone, so its ``choose_saved_values_set`` is asked at every budget with the same graph and
+      node classes, and what it would hand to the extraction is taken from each answer as the partitioner
+      takes it. It runs once per budget where that is not trusted (see there);
+    * its runs share their cuts, common subexpressions and runtimes, with each other and with the earlier runs
+      of ``runs`` (stock's partition: :func:`_stock_partition`), and cut by our Dinic (:class:`_InductorRuns`).
+    """
+    found: dict[float, list[str]] = {}
+    with (runs or _InductorRuns()).shared(stopped=True):
         found.update(_chosen_at_every_budget(gm, joint_inputs, kwargs, budgets))
         for budget in budgets:
             if budget in found:
@@ -528,7 +578,7 @@ def _chosen_at_every_budget(gm, joint_inputs, kwargs: dict, budgets) -> dict[flo
     * the partitioner lacks one of the filters it hands its choice over by (saved values, size symbols kept;
       opaque objects and assert-only booleans left out), or never reaches its choice (a graph with no
       backward), or asks for it otherwise than by keyword or more than once, or the hand-over it raises with
-      (:class:`_Chosen`, made by ``stop`` of :func:`_inductor_choices`, inside whose patches this runs) is not
+      (:class:`_Chosen`, made by :func:`_stop`, inside whose patches this runs) is not
       what those filters make of its answer at the first budget;
     * a node carries a budget of its own (``memory_budget`` in its meta, a region's
       ``region_activation_memory_budget``), which overrides the configured one in every run."""
