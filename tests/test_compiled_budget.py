@@ -12,10 +12,11 @@ from helpers import allocated_peak
 
 from reorder.graph import BufferSpec, InputSpec, NodeSpec, build_graph
 from reorder.inductor import PartitionRecord
-from reorder.budget.allocation_model import AllocationModel, kernel_count, release_steps
+from reorder.budget.allocation_model import AllocationModel, KernelSources, kernel_count, release_steps
 from reorder.budget.allocation_search import fewer_kernels, lower_allocated_peak
 from reorder.inductor.compiled_budget import (RegionPlan, check_generated, compiled_model, expect_region,
-                                              model_of_nodes, region_of)
+                                              generated_kernels, kernel_groups, kernel_sources, model_of_nodes,
+                                              region_of)
 from reorder.inductor.generated_code import AllocationEvent as Event, GeneratedCode
 from reorder.inductor.reorder_pass import choose_order
 from reorder.inductor.session import Session
@@ -528,6 +529,42 @@ def test_a_kernel_fused_at_its_outer_loops_allocates_no_local_buffer(fresh_compi
     assert local <= scheduled[0] and not local & allocated
 
 
+@pytest.mark.slow
+def test_the_sources_counted_are_the_kernels_inductor_defines(fresh_compiles):
+    """Three alike blocks (a matrix product, then pointwise ops and a layer norm: one kernel group each) make
+    three kernel groups that Inductor's C++ backend defines as one source: the count of distinct sources read
+    from the scheduler nodes is the count of distinct kernels it defines, graph by graph."""
+    from torch._inductor import config
+    from torch._inductor.codegen import cpp
+    from torch._inductor.virtualized import V
+
+    counted, defined = [], {}
+    define_kernel = cpp.CppScheduling.define_kernel
+
+    def defining(self, src_code, *args, **kwargs):
+        defined.setdefault(id(V.graph), set()).add(src_code)
+        return define_kernel(self, src_code, *args, **kwargs)
+
+    def counting(nodes):
+        grouped, generated = kernel_groups(nodes), generated_kernels(nodes)
+        kinds = "".join("E" if not g else "G" if made else "N" for g, made in zip(grouped, generated))
+        counted.append((kernel_count(kinds), kernel_sources(nodes).count(kinds, range(len(nodes)))))
+        return nodes
+
+    def block(x, w):
+        return torch.nn.functional.layer_norm(torch.relu(x @ w) * 2 + 1, (64,))
+
+    def f(x, w1, w2, w3):
+        return block(block(block(x, w1), w2), w3)
+
+    with patch.object(cpp.CppScheduling, "define_kernel", defining), \
+            config.patch(_post_fusion_custom_pass=counting):
+        torch.compile(f)(torch.randn(32, 64), *(torch.randn(64, 64) for _ in range(3)))
+    ((groups, sources),) = counted
+    assert groups == 3 > sources, "the blocks' groups no longer repeat: the test no longer tests anything"
+    assert [sources] == [len(sources_defined) for sources_defined in defined.values()]
+
+
 def test_kernel_groups_are_counted_as_the_cpu_backend_builds_them():
     """A kernel group is a run of grouped nodes with a generated kernel in it; a run of no-ops builds nothing, an
     extern kernel ends a run, and without kernel groups (Triton) there is no count."""
@@ -559,12 +596,12 @@ def test_kernels_are_gathered_into_fewer_groups_where_that_allocates_no_more():
     g = split_kernels()
     model = AllocationModel.build(g, generated, grouped=grouped, free_inputs={"x"})
     assert model.peak([0, 1, 2, 3]) == model.peak([0, 2, 1, 3]) == 610
-    assert fewer_kernels([model], [0, 1, 2, 3], lambda order: True) == ([0, 2, 1, 3], 2, 1, 1)
-    assert fewer_kernels([model], [0, 1, 2, 3], lambda order: False) == ([0, 1, 2, 3], 2, 2, 0)
-    assert fewer_kernels([model], [0, 1, 2, 3], lambda order: True, evaluations=0) == ([0, 1, 2, 3], 2, 2, 0)
+    assert fewer_kernels([model], [0, 1, 2, 3], lambda order: True) == ([0, 2, 1, 3], 2, 1, 1, 0, 0)
+    assert fewer_kernels([model], [0, 1, 2, 3], lambda order: False) == ([0, 1, 2, 3], 2, 2, 0, 0, 0)
+    assert fewer_kernels([model], [0, 1, 2, 3], lambda order: True, evaluations=0) == ([0, 1, 2, 3], 2, 2, 0, 0, 0)
     small = AllocationModel.build(split_kernels(out_bytes=10), generated, grouped=grouped, free_inputs={"x"})
     assert small.peak([0, 1, 2, 3]) == 200 < small.peak([0, 2, 1, 3]) == 210
-    assert fewer_kernels([small], [0, 1, 2, 3], lambda order: True) == ([0, 1, 2, 3], 2, 2, 0)
+    assert fewer_kernels([small], [0, 1, 2, 3], lambda order: True) == ([0, 1, 2, 3], 2, 2, 0, 0, 0)
     # an extern kernel between two groups joins them by moving where it splits none: first, or (with that
     # order refused) after ``b``; ``a`` moved after ``e`` makes the first order too, and is refused with it
     joined = build_graph(
@@ -575,8 +612,8 @@ def test_kernels_are_gathered_into_fewer_groups_where_that_allocates_no_more():
         [InputSpec("x", 1000)], ["O"])
     model = AllocationModel.build(joined, generated, grouped=grouped, free_inputs={"x"})
     gathered = fewer_kernels([model], [0, 1, 2, 3], lambda order: True)
-    assert gathered == ([1, 0, 2, 3], 2, 1, 1) and model.peak(gathered.order) <= model.peak([0, 1, 2, 3])
-    assert fewer_kernels([model], [0, 1, 2, 3], lambda order: order != [1, 0, 2, 3]) == ([0, 2, 1, 3], 2, 1, 1)
+    assert gathered == ([1, 0, 2, 3], 2, 1, 1, 0, 0) and model.peak(gathered.order) <= model.peak([0, 1, 2, 3])
+    assert fewer_kernels([model], [0, 1, 2, 3], lambda order: order != [1, 0, 2, 3]) == ([0, 2, 1, 3], 2, 1, 1, 0, 0)
     # an extern kernel moved into a run whose one side holds only a no-op splits no group there: listed a, e, b,
     # c, n (G E G G N: two groups), e moved after c makes G G G E N, one group and a run of a no-op
     after_noop = build_graph(
@@ -590,11 +627,88 @@ def test_kernels_are_gathered_into_fewer_groups_where_that_allocates_no_more():
                                        grouped=(True, False, True, True, True), free_inputs={"x"})
     assert noop_model.kinds == "GEGGN" and noop_model.kernels([0, 1, 2, 3, 4]) == 2
     gathered = fewer_kernels([noop_model], [0, 1, 2, 3, 4], lambda order: order[0] != 1)  # not e first
-    assert gathered == ([0, 2, 3, 1, 4], 2, 1, 1)
+    assert gathered == ([0, 2, 3, 1, 4], 2, 1, 1, 0, 0)
     assert noop_model.peak(gathered.order) <= noop_model.peak([0, 1, 2, 3, 4])
     # without kernel groups (Triton) the order stays
     assert fewer_kernels([dataclasses.replace(model, grouped=None)], [0, 1, 2, 3], lambda order: True) == (
-        [0, 1, 2, 3], 0, 0, 0)
+        [0, 1, 2, 3], 0, 0, 0, 0, 0)
+
+
+def test_a_kernel_group_that_repeats_another_is_one_source():
+    """Two groups are one source when their generated members have the same code, in order, and name their
+    buffers alike (numbered where the group first names them); a member whose code is unknown makes its group a
+    source of its own."""
+    kinds = "GGEGGE"  # a layer: add, mul (one group), a matrix product; the next layer the same
+    code = ["add", "mul", None, "add", "mul", None]
+    names = [["x", "A"], ["A", "B"], [], ["y", "C"], ["C", "D"], []]
+    assert KernelSources(code, names).count(kinds, range(6)) == 1
+    assert KernelSources(code, names).count(kinds, [0, 1, 2, 4, 3, 5]) == 2  # mul before add: another source
+    assert KernelSources(code, [*names[:4], ["y", "D"], []]).count(kinds, range(6)) == 2  # reads the layer's input
+    assert KernelSources(["add", "mul", None, None, "mul", None], names).count(kinds, range(6)) == 2
+    assert KernelSources(code, names).count("GNEGNE", range(6)) == 1  # no-ops put nothing into a source
+    assert KernelSources(code, names).count("GGEGEE", range(6)) == 2  # (add, mul) and (add) groups
+
+
+def two_layers():
+    """Two layers, each two generated kernels (``a``, ``b``: one kernel group) and an extern kernel reading both;
+    listed a1, b1, mm1, b2, a2, mm2, the second layer's group lists its kernels the other way round."""
+    nodes = []
+    for layer, source in ((1, "x"), (2, "M1")):
+        nodes += [NodeSpec(f"a{layer}", [BufferSpec(f"A{layer}", 100)], reads=[source]),
+                  NodeSpec(f"b{layer}", [BufferSpec(f"B{layer}", 100)], reads=[source]),
+                  NodeSpec(f"mm{layer}", [BufferSpec(f"M{layer}", 100)], reads=[f"A{layer}", f"B{layer}"])]
+    graph = build_graph(nodes, [InputSpec("x", 1000)], ["M2"])
+    sources = KernelSources(["add", "mul", None, "add", "mul", None],
+                            [["x", "A1"], ["x", "B1"], [], ["M1", "A2"], ["M1", "B2"], []])
+    model = AllocationModel.build(graph, (True, True, False) * 2, grouped=(True, True, False) * 2,
+                                  free_inputs={"x"})
+    return model, sources
+
+
+def test_kernels_are_gathered_into_fewer_sources_where_that_allocates_no_more():
+    """Listed a1, b1, mm1, b2, a2, mm2, the two layers' groups are two sources in two groups, and no move lowers
+    the count of groups; ``a1`` moved after ``b1`` makes the first layer's group repeat the second's, one source,
+    at the same peak. Without the sources, or with no count of them left, nothing moves; a caller's ceiling holds
+    it back too."""
+    model, sources = two_layers()
+    listed = [0, 1, 2, 4, 3, 5]
+    assert model.kernels(listed) == 2 and sources.count(model.kinds, listed) == 2
+    assert model.peak(listed) == model.peak([0, 1, 2, 3, 4, 5])
+    assert fewer_kernels([model], listed, lambda order: True, sources=sources) == (
+        [1, 0, 2, 4, 3, 5], 2, 2, 1, 2, 1)
+    assert fewer_kernels([model], listed, lambda order: True) == (listed, 2, 2, 0, 0, 0)
+    assert fewer_kernels([model], listed, lambda order: True, sources=sources, checks=0) == (listed, 2, 2, 0, 2, 2)
+    assert fewer_kernels([model], listed, lambda order: False, sources=sources) == (listed, 2, 2, 0, 2, 2)
+    # a move that joins two groups is kept when the groups were one source and stay one; where they were two
+    # sources, it makes one, and both counts fall
+    graph = build_graph(
+        [NodeSpec("a", [BufferSpec("A", 100)], reads=["x"]),
+         NodeSpec("mm", [BufferSpec("M", 100)], reads=["A"]),
+         NodeSpec("b", [BufferSpec("B", 10)], reads=["x"]),
+         NodeSpec("mm2", [BufferSpec("O", 500)], reads=["M", "B"])],
+        [InputSpec("x", 1000)], ["O"])
+    split = AllocationModel.build(graph, (True, False, True, False), grouped=(True, False, True, False),
+                                  free_inputs={"x"})
+    repeated = KernelSources(["add", None, "add", None], [["x", "A"], [], ["x", "B"], []])
+    assert repeated.count(split.kinds, [0, 1, 2, 3]) == 1 and repeated.count(split.kinds, [0, 2, 1, 3]) == 1
+    assert fewer_kernels([split], [0, 1, 2, 3], lambda order: True, sources=repeated)[:4] == ([0, 2, 1, 3], 2, 1, 1)
+    differing = KernelSources(["add", None, "mul", None], [["x", "A"], [], ["x", "B"], []])
+    assert fewer_kernels([split], [0, 1, 2, 3], lambda order: True, sources=differing) == (
+        [0, 2, 1, 3], 2, 1, 1, 2, 1)
+    # three groups of one source: joining two of them makes a second source, so no move is kept
+    three = build_graph(
+        [NodeSpec("a", [BufferSpec("A", 100)], reads=["x"]),
+         NodeSpec("mm", [BufferSpec("M", 100)], reads=["A"]),
+         NodeSpec("b", [BufferSpec("B", 10)], reads=["x"]),
+         NodeSpec("mm2", [BufferSpec("O", 100)], reads=["M", "B"]),
+         NodeSpec("c", [BufferSpec("C", 10)], reads=["x"]),
+         NodeSpec("mm3", [BufferSpec("P", 500)], reads=["O", "C"])],
+        [InputSpec("x", 1000)], ["P"])
+    split3 = AllocationModel.build(three, (True, False) * 3, grouped=(True, False) * 3, free_inputs={"x"})
+    alike = KernelSources(["add", None] * 3, [["x", "A"], [], ["x", "B"], [], ["x", "C"], []])
+    assert fewer_kernels([split3], list(range(6)), lambda order: True)[:4] == ([4, 0, 2, 1, 3, 5], 3, 1, 2)
+    assert fewer_kernels([split3], list(range(6)), lambda order: True, sources=alike) == (
+        list(range(6)), 3, 3, 0, 1, 1)
 
 
 def test_a_budgeted_graph_keeps_its_order_with_the_generated_kernels_gathered():

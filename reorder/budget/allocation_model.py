@@ -60,7 +60,7 @@ from ..graph import Graph
 from ..sweep import live_bytes, peak_of
 from ..timeline import Lifetimes, Timeline, estimate_peak_memory, lifetimes, lifetimes_rebuilt, timeline_of
 
-__all__ = ["AllocationModel", "kernel_count", "release_steps", "storage_handed_on"]
+__all__ = ["AllocationModel", "KernelSources", "kernel_count", "release_steps", "storage_handed_on"]
 
 
 @dataclass(frozen=True)
@@ -293,6 +293,45 @@ _KERNEL_GROUP = re.compile(r"N*G[GN]*")
 def kernel_count(letters: str) -> int:
     """The kernel groups of an order (:meth:`AllocationModel.kernels`), ``letters`` its nodes' kinds in order."""
     return len(_KERNEL_GROUP.findall(letters))
+
+
+class KernelSources:
+    """What each node puts into the source of its C++ kernel group, so that the sources an order builds can be
+    counted: Inductor defines a group's source once per graph and reuses it for every other group that generates
+    the same source (``CppScheduling.define_kernel`` finds it in the wrapper's ``src_to_kernel``), and the
+    repeated layers of a model make such groups. Two groups are one source here when their generated members,
+    in order, have the same code and name their buffers alike (each buffer numbered where the group first names
+    it).
+
+    ``code[v]``: node ``v``'s code with its buffers' names left out (None where it is not known: every group
+    holding that node is then a source of its own); ``names[v]``: the buffers it names, in the order its code
+    names them."""
+
+    def __init__(self, code: Sequence[str | None], names: Sequence[Sequence[str]]):
+        ids: dict[str, int] = {}
+        self.code = tuple(None if text is None else ids.setdefault(text, len(ids)) for text in code)
+        self.names = tuple(tuple(used) for used in names)
+        self._keys: dict[tuple[int, ...], tuple] = {}  # a group's members -> its source
+
+    def count(self, kinds: str, order: Sequence[int]) -> int:
+        """The distinct sources of the kernel groups of ``order`` (``kinds``: :attr:`AllocationModel.kinds`)."""
+        letters = "".join(kinds[v] for v in order)
+        sources = set()
+        for group in _KERNEL_GROUP.finditer(letters):
+            members = tuple(order[group.start():group.end()])
+            key = self._keys.get(members)
+            if key is None:
+                key = self._keys[members] = self._source(members, kinds)
+            sources.add(key)
+        return len(sources)
+
+    def _source(self, members: tuple[int, ...], kinds: str) -> tuple:
+        generated = [v for v in members if kinds[v] == "G"]
+        if any(self.code[v] is None for v in generated):
+            return ("unknown", members)
+        numbered: dict[str, int] = {}
+        return tuple((self.code[v], tuple(numbered.setdefault(name, len(numbered)) for name in self.names[v]))
+                     for v in generated)
 
 
 def release_steps(order: Sequence[int], grouped: Sequence[bool] | None) -> list[int]:

@@ -45,12 +45,16 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple, Sequence
 
-from .allocation_model import AllocationModel, kernel_count
+from .allocation_model import AllocationModel, KernelSources, kernel_count
 
-__all__ = ["EVALUATIONS", "Gathered", "Moved", "fewer_kernels", "lower_allocated_peak"]
+__all__ = ["EVALUATIONS", "SOURCE_CHECKS", "Gathered", "Moved", "fewer_kernels", "lower_allocated_peak"]
 
 #: Replays a search may run (each costs one pass over the graph's nodes and buffers).
 EVALUATIONS = 2000
+
+#: Counts of an order's kernel sources :func:`fewer_kernels` may make for places that lower no count of groups
+#: (each a pass over the order, a tenth of a replay's cost or less).
+SOURCE_CHECKS = 5000
 
 
 class Moved(NamedTuple):
@@ -139,31 +143,40 @@ def _positions(order: Sequence[int]) -> list[int]:
 
 
 class Gathered(NamedTuple):
-    """What :func:`fewer_kernels` kept: the order, its kernel groups before and after, and the moves kept."""
+    """What :func:`fewer_kernels` kept: the order, its kernel groups before and after, the moves kept, and the
+    distinct sources of its groups before and after (0 where they were not counted)."""
 
     order: list[int]
     kernels_before: int
     kernels: int
     moves: int
+    sources_before: int = 0
+    sources: int = 0
 
 
 def fewer_kernels(models: Sequence[AllocationModel], order: Sequence[int], allowed: Callable[[list[int]], bool],
-                  evaluations: int = EVALUATIONS) -> Gathered:
+                  evaluations: int = EVALUATIONS, sources: KernelSources | None = None,
+                  checks: int = SOURCE_CHECKS) -> Gathered:
     """``order`` with its C++ kernels gathered into fewer kernel groups
-    (:meth:`~reorder.budget.allocation_model.AllocationModel.kernels`) where that allocates no more: first-improvement
-    moves of one node, each kept when it lowers the count, raises the allocated peak at no point of ``models``
-    (as in :func:`lower_allocated_peak`) and ``allowed`` accepts the new order. Passes repeat until one moves
-    nothing or ``evaluations`` candidate orders are replayed.
+    (:meth:`~reorder.budget.allocation_model.AllocationModel.kernels`), and with ``sources`` into fewer distinct
+    sources (:class:`~reorder.budget.allocation_model.KernelSources`), where that allocates no more:
+    first-improvement moves of one node, each kept when it lowers the count (the sources first, then the
+    groups), raises the allocated peak at no point of ``models`` (as in :func:`lower_allocated_peak`) and
+    ``allowed`` accepts the new order. Passes repeat until one moves nothing or ``evaluations`` candidate orders
+    are replayed.
 
-    Each kernel group is one source Inductor compiles on its own, and most of what a compile spends beyond our
-    stages goes to building them. An order chosen for what it allocates splits groups that need not be split
-    (a generated kernel placed between two extern kernels builds alone): ALBERT-MLM's backward at 1.0 ran its
-    kernels in 18 groups where 13 allocate the same peak. Only two moves can lower the count, so only they are
-    counted and replayed: a generated kernel that is the only one of its group, moved beside another group
-    (a neighbour in the new place is grouped), and an extern kernel between two groups, which joins them,
-    moved where it splits no group: beside another extern kernel, at either end, or inside a run of which
-    one side holds only no-ops (every place of such an extern kernel is counted).
-    An order without kernel groups (Triton) is returned as it is."""
+    Each distinct source is a C++ file Inductor builds, and most of what a compile spends beyond our stages
+    goes to building them. An order chosen for what it allocates splits groups that need not be split (a
+    generated kernel placed between two extern kernels builds alone): ALBERT-MLM's backward at 1.0 ran its
+    kernels in 18 groups where 13 allocate the same peak. Only two moves can lower the count of groups: a
+    generated kernel that is the only one of its group, moved beside another group (a neighbour in the new
+    place is grouped), and an extern kernel between two groups, which joins them, moved where it splits no
+    group: beside another extern kernel, at either end, or inside a run of which one side holds only no-ops
+    (every place of such an extern kernel is counted). Such a move is kept only where it builds no more
+    sources. It also moves nodes of one repeated layer so that its groups no longer repeat another layer's,
+    which Inductor then builds apart: any place of a node can lower the count of sources, so with ``sources``
+    every other place is counted too (a pass over the order, no replay), up to ``checks`` such counts in all,
+    and replayed where it lowers it. An order without kernel groups (Triton) is returned as it is."""
     model = models[0]
     kinds = model.kinds
     current = list(order)
@@ -171,19 +184,22 @@ def fewer_kernels(models: Sequence[AllocationModel], order: Sequence[int], allow
     if before is None:
         return Gathered(current, 0, 0, 0)
     graph = model.graph
-    kernels, peaks = before, [m.peak(current) for m in models]
+    count_sources = (lambda candidate: sources.count(kinds, candidate)) if sources is not None \
+        else (lambda candidate: 0)
+    kernels, built, peaks = before, count_sources(current), [m.peak(current) for m in models]
+    sources_before = built
     spent, moves, moved = 0, 0, True
     while moved and spent < evaluations:
         moved = False
         position = _positions(current)
         for v in list(current):
             if kinds[v] == "N":
-                continue  # a no-op builds nothing: no place it goes lowers the count
+                continue  # a no-op builds nothing: no place it goes lowers either count
             i = position[v]
             rest = current[:i] + current[i + 1:]
             letters = "".join(kinds[u] for u in rest)
             base = kernel_count(letters)
-            if base >= kernels:
+            if base >= kernels and (sources is None or checks <= 0):
                 continue  # taking it out joins no groups and empties none: no place it goes lowers the count
             g_before, g_after = _generated_around(letters)
             earliest = max((position[u] for u in graph.preds[v]), default=-1) + 1
@@ -198,18 +214,24 @@ def fewer_kernels(models: Sequence[AllocationModel], order: Sequence[int], allow
                     count = base + (left and right and left_g and right_g)
                 else:  # joins a run with a generated kernel, or builds a group of its own
                     count = base + (not (left_g or right_g))
-                if count >= kernels:
+                if count >= kernels and (sources is None or checks <= 0):
+                    continue
+                candidate = rest[:j] + [v] + rest[j:]  # v at step j, as lower_allocated_peak moves it
+                if sources is not None:
+                    checks -= 1
+                candidate_built = count_sources(candidate)
+                if (candidate_built, count) >= (built, kernels):  # fewer sources, or as many in fewer groups
                     continue
                 if spent >= evaluations:
-                    return Gathered(current, before, kernels, moves)
+                    return Gathered(current, before, kernels, moves, sources_before, built)
                 spent += 1
-                candidate = rest[:j] + [v] + rest[j:]  # v at step j, as lower_allocated_peak moves it
                 candidate_peaks = _judged(models, candidate, peaks, lower_at_hint=False)
                 if candidate_peaks is not None and allowed(candidate):
-                    current, peaks, kernels, moved, moves = candidate, candidate_peaks, count, True, moves + 1
+                    current, peaks, kernels, built = candidate, candidate_peaks, count, candidate_built
+                    moved, moves = True, moves + 1
                     position = _positions(current)
                     break
-    return Gathered(current, before, kernels, moves)
+    return Gathered(current, before, kernels, moves, sources_before, built)
 
 
 def _generated_around(letters: str) -> tuple[list[bool], list[bool]]:

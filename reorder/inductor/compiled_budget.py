@@ -56,10 +56,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Collection, Iterable, Mapping, Sequence
 
-from ..budget.allocation_model import AllocationModel
+from ..budget.allocation_model import AllocationModel, KernelSources
 from ..budget.step_peak import step_total
 from ..graph import Graph
 from .generated_code import GeneratedCode, hint_bytes
@@ -69,6 +70,7 @@ from .session import PartitionRecord, Session
 
 __all__ = ["RegionPlan", "backward_free_inputs", "budgeted", "check_generated", "compiled_model", "expect_region",
            "generated_kernels", "handed_channels_last", "in_place_inputs", "kernel_local_buffers", "kernel_scratch",
+           "kernel_sources",
            "model_of_nodes", "note_model", "origin_names", "outer_loop_local_buffers", "owned_copies", "owned_inputs",
            "partitioned", "region_of"]
 
@@ -238,6 +240,48 @@ def kernel_groups(nodes: list) -> list[bool] | None:
     if devices != {"cpu"}:
         return None
     return [not (node.is_extern() or node.is_template()) for node in nodes]
+
+
+#: A quoted word in a loop body's text: the name of a buffer it loads or stores, or of an index.
+_QUOTED = re.compile(r"'([^']*)'")
+
+
+def kernel_sources(nodes: list, graph_name: str = "") -> KernelSources | None:
+    """What each scheduler node puts into the source of its C++ kernel group
+    (:class:`~reorder.budget.allocation_model.KernelSources`): the text of each member's loop body (Inductor's
+    ``LoopBody.debug_str``: its indexing, loads, computation and stores), the names of the buffers it loads and
+    stores taken out, with each member's kind and output layouts; the names, in the order the text gives them.
+    A node without a loop body (an extern kernel, a no-op, a template) has no code here, so a group holding one
+    is a source of its own. None, with a WARNING, where this cannot be read (a torch whose scheduler nodes
+    differ): the kernels are then gathered by their groups alone. On ViT's step at 1.0 these sources were the
+    ones Inductor defined, group for group, in the forward and the backward."""
+    try:
+        code, names = [], []
+        for node in nodes:
+            text, used = [type(node).__name__], []
+            for member in node.get_nodes():
+                body = getattr(member, "_body", None)
+                if body is None:
+                    text = None
+                    break
+                buffers = ({dep.name for dep in member.read_writes.reads_and_writes()}
+                           | {buf.get_name() for buf in member.get_outputs()})
+
+                def slot(quoted, buffers=buffers):
+                    if quoted.group(1) not in buffers:
+                        return quoted.group(0)
+                    used.append(quoted.group(1))
+                    return "'?'"
+
+                layouts = [str(buf.node.get_layout()) for buf in member.get_outputs()]
+                text += [type(member).__name__, _QUOTED.sub(slot, body.debug_str()), *layouts]
+            code.append(None if text is None else "\n".join(text))
+            names.append(used)
+        return KernelSources(code, names)
+    except Exception as exc:  # noqa: BLE001 - the user's compile must go on
+        log.warning("reorder: could not read the kernels' sources for %s: %s: %s", graph_name, type(exc).__name__,
+                    exc)
+        return None
 
 
 def origin_names(nodes: list) -> list[frozenset[str]]:

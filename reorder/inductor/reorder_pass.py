@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..budget.allocation_model import AllocationModel
+from ..budget.allocation_model import AllocationModel, KernelSources
 from ..budget.allocation_search import fewer_kernels, lower_allocated_peak
 from ..graph import Graph
 from ..schedulers import QUICK_METHODS, RECHECK_METHODS, ReorderResult, reorder_for_peak_memory
@@ -35,7 +35,7 @@ from ..schedulers.across_sizes import inductor_reference, peaks_at_points
 from ..timeline import estimate_peak_memory
 from .adapter import freed_tangents, fx_graph_cache_hits, graph_being_compiled, graph_from_scheduler
 from .capture import write_capture
-from .compiled_budget import budgeted, model_of_nodes, note_model, owned_copies
+from .compiled_budget import budgeted, kernel_sources, model_of_nodes, note_model, owned_copies
 from .figures import INDUCTOR_METHODS, inductor_figures
 from .releases import hook_base
 from .session import FallbackRecord, HookOptions, OrderRecord, Session, SessionBound, source_hash
@@ -144,8 +144,9 @@ class ReorderPass(hook_base("CustomSchedulerPass"), SessionBound):
             real_graph, _ = graph_from_scheduler(nodes, name, free_tangents=True, owned=owned)
         allocation = model_of_nodes(session, name, nodes, real_graph, graph)
         t1 = time.perf_counter()
+        sources = kernel_sources(nodes, name) if allocation is not None and allocation.grouped else None
         if real_graph is not graph or allocation is not None:
-            choice = choose_order(graph, real_graph, result, options, allocation)
+            choice = choose_order(graph, real_graph, result, options, allocation, sources)
         choice_seconds = time.perf_counter() - t1
         captured = write_capture(options.capture_dir, name, graph, figures) if options.capture_dir else None
         order = choice.order if choice else result.order
@@ -213,7 +214,7 @@ class OrderChoice:
 
 
 def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, options: HookOptions = HookOptions(),
-                 allocation: AllocationModel | None = None) -> OrderChoice:
+                 allocation: AllocationModel | None = None, sources: KernelSources | None = None) -> OrderChoice:
     """Our order for a graph as a real step runs it: its tangents freed, and under a memory budget, what its
     generated code allocates.
 
@@ -251,7 +252,10 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, options
     the estimate no higher than stock's (``<method>_gathered``, with a
     ``"kernels"`` note; :func:`~reorder.budget.allocation_search.fewer_kernels`):
     each group is a source Inductor builds on its own, so the compile takes
-    less time for the same peak. The
+    less time for the same peak; with ``sources`` (what each node puts into its
+    group's source, :func:`~reorder.inductor.compiled_budget.kernel_sources`), the
+    distinct sources are counted first, since a group that repeats another of
+    the graph is built once. The
     budget's verdict reads what the kept order's code really allocates
     (:func:`~reorder.inductor.compiled_budget.check_generated`).
 
@@ -297,12 +301,15 @@ def choose_order(graph: Graph, real_graph: Graph, result: ReorderResult, options
         moved = lower_allocated_peak(models, [list(o) for o in starts], no_higher_than_stock)
         if moved.order != order:
             allocated_peak, order, method = moved.peak, moved.order, f"moved_{list(starts.values())[moved.start]}"
-        gathered = fewer_kernels(models, order, no_higher_than_stock)
+        gathered = fewer_kernels(models, order, no_higher_than_stock, sources=sources)
         if gathered.moves:
             order, method = gathered.order, f"{method}_gathered"
             allocated_peak = allocation.peak(order)
+            built, built_before = ((f" of {gathered.sources} distinct source(s)",
+                                    f" of {gathered.sources_before}") if sources is not None else ("", ""))
             kernels_note = (f"{gathered.moves} node move(s) gathered the generated kernels into "
-                            f"{gathered.kernels} kernel group(s), was {gathered.kernels_before}, allocating no more")
+                            f"{gathered.kernels} kernel group(s){built}, was {gathered.kernels_before}"
+                            f"{built_before}, allocating no more")
         if order != scored[0][-1]:
             real_peak = estimate_peak_memory(real_graph, order).peak
             peak = estimate_peak_memory(graph, order).peak
