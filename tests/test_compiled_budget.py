@@ -681,13 +681,7 @@ def test_kernels_are_gathered_into_fewer_sources_where_that_allocates_no_more():
     assert fewer_kernels([model], listed, lambda order: False, sources=sources) == (listed, 2, 2, 0, 2, 2)
     # a move that joins two groups is kept when the groups were one source and stay one; where they were two
     # sources, it makes one, and both counts fall
-    graph = build_graph(
-        [NodeSpec("a", [BufferSpec("A", 100)], reads=["x"]),
-         NodeSpec("mm", [BufferSpec("M", 100)], reads=["A"]),
-         NodeSpec("b", [BufferSpec("B", 10)], reads=["x"]),
-         NodeSpec("mm2", [BufferSpec("O", 500)], reads=["M", "B"])],
-        [InputSpec("x", 1000)], ["O"])
-    split = AllocationModel.build(graph, (True, False, True, False), grouped=(True, False, True, False),
+    split = AllocationModel.build(split_kernels(), (True, False, True, False), grouped=(True, False, True, False),
                                   free_inputs={"x"})
     repeated = KernelSources(["add", None, "add", None], [["x", "A"], [], ["x", "B"], []])
     assert repeated.count(split.kinds, [0, 1, 2, 3]) == 1 and repeated.count(split.kinds, [0, 2, 1, 3]) == 1
