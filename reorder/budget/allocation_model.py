@@ -134,7 +134,8 @@ class AllocationModel:
         grouped nodes with at least one kernel Inductor generates (a run of no-ops builds nothing; an extern
         kernel ends the run). Inductor builds a kernel group as one source, compiled on its own, so a compile's
         seconds beyond our stages grow with this count; two groups of the same source (repeated layers) are
-        built once, which this count does not know. None without kernel groups (Triton)."""
+        built once, which this count does not know (:class:`KernelSources` counts the distinct ones). None
+        without kernel groups (Triton)."""
         if self.grouped is None:
             return None
         return kernel_count("".join(self.kinds[v] for v in order))
@@ -313,20 +314,20 @@ class KernelSources:
         self.names = tuple(tuple(used) for used in names)
         self._keys: dict[tuple[int, ...], tuple] = {}  # a group's members -> its source
 
-    def count(self, kinds: str, order: Sequence[int]) -> int:
-        """The distinct sources of the kernel groups of ``order`` (``kinds``: :attr:`AllocationModel.kinds`)."""
-        letters = "".join(kinds[v] for v in order)
+    def count(self, letters: str, order: Sequence[int]) -> int:
+        """The distinct sources of the kernel groups of ``order``, ``letters`` its nodes' kinds in order (as
+        :func:`kernel_count` takes them)."""
         sources = set()
         for group in _KERNEL_GROUP.finditer(letters):
             members = tuple(order[group.start():group.end()])
             key = self._keys.get(members)
             if key is None:
-                key = self._keys[members] = self._source(members, kinds)
+                key = self._keys[members] = self._source(members, letters[group.start():group.end()])
             sources.add(key)
         return len(sources)
 
-    def _source(self, members: tuple[int, ...], kinds: str) -> tuple:
-        generated = [v for v in members if kinds[v] == "G"]
+    def _source(self, members: tuple[int, ...], letters: str) -> tuple:
+        generated = [v for v, letter in zip(members, letters) if letter == "G"]
         if any(self.code[v] is None for v in generated):
             return ("unknown", members)
         numbered: dict[str, int] = {}

@@ -184,9 +184,10 @@ def fewer_kernels(models: Sequence[AllocationModel], order: Sequence[int], allow
     if before is None:
         return Gathered(current, 0, 0, 0)
     graph = model.graph
-    count_sources = (lambda candidate: sources.count(kinds, candidate)) if sources is not None \
-        else (lambda candidate: 0)
-    kernels, built, peaks = before, count_sources(current), [m.peak(current) for m in models]
+    count_sources = (lambda letters, candidate: sources.count(letters, candidate)) if sources is not None \
+        else (lambda letters, candidate: 0)
+    kernels, peaks = before, [m.peak(current) for m in models]
+    built = count_sources("".join(kinds[v] for v in current), current)
     sources_before = built
     spent, moves, moved = 0, 0, True
     while moved and spent < evaluations:
@@ -219,7 +220,7 @@ def fewer_kernels(models: Sequence[AllocationModel], order: Sequence[int], allow
                 candidate = rest[:j] + [v] + rest[j:]  # v at step j, as lower_allocated_peak moves it
                 if sources is not None:
                     checks -= 1
-                candidate_built = count_sources(candidate)
+                candidate_built = count_sources(letters[:j] + kinds[v] + letters[j:], candidate)
                 if (candidate_built, count) >= (built, kernels):  # fewer sources, or as many in fewer groups
                     continue
                 if spent >= evaluations:
