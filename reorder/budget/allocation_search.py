@@ -52,8 +52,9 @@ __all__ = ["EVALUATIONS", "SOURCE_CHECKS", "Gathered", "Moved", "fewer_kernels",
 #: Replays a search may run (each costs one pass over the graph's nodes and buffers).
 EVALUATIONS = 2000
 
-#: Counts of an order's kernel sources :func:`fewer_kernels` may make for places that lower no count of groups
-#: (each a pass over the order, a tenth of a replay's cost or less).
+#: Counts of a candidate's kernel sources :func:`fewer_kernels` may make in one search (each a pass over the
+#: order, a tenth of a replay's cost or less); once they are spent, only places that lower the count of groups are
+#: still counted.
 SOURCE_CHECKS = 5000
 
 
@@ -175,8 +176,9 @@ def fewer_kernels(models: Sequence[AllocationModel], order: Sequence[int], allow
     (every place of such an extern kernel is counted). Such a move is kept only where it builds no more
     sources. It also moves nodes of one repeated layer so that its groups no longer repeat another layer's,
     which Inductor then builds apart: any place of a node can lower the count of sources, so with ``sources``
-    every other place is counted too (a pass over the order, no replay), up to ``checks`` such counts in all,
-    and replayed where it lowers it. An order without kernel groups (Triton) is returned as it is."""
+    every place is counted (a pass over the order, no replay) while ``checks`` counts are left (every count
+    spends one, those of places that lower the groups too; once they are spent only those places are
+    counted), and replayed where it lowers it. An order without kernel groups (Triton) is returned as it is."""
     model = models[0]
     kinds = model.kinds
     current = list(order)
