@@ -752,3 +752,83 @@ def test_with_symbolic_sizes_a_point_above_stock_at_the_hints_is_never_in_the_fr
     # at the hints alone nothing drops by the resolution: the lowest estimate is the one point, for budgets below it
     assert [p.source for p in static.points] == ["below"] and static.choose(1000).is_stock
     assert static.choose(995).candidate.source == static.choose(1).candidate.source == "below"
+
+
+def test_an_offered_point_that_recomputes_much_gives_way_to_a_point_of_ours_within_the_margin():
+    """Inductor's knapsack recomputes op by op, unlike in each repeated layer, and its partitions built 38 to 45
+    kernels on the decoder rows where ours built 20 to 27: with the eager loss, 0.7 chose Inductor's 0.4 (11.4% of
+    the step's work recomputed), which compiled 50% longer than stock, where our next point recomputes 4.7% of
+    the work more: chosen instead, it measured 7.3 MB lower and compiled 10% longer. An offered point that recomputes at least
+    OFFERED_MARGIN of the work gives way to the first point of ours within that much more that meets the budget;
+    one that recomputes less (MobileNetV2's Inductor 0.4, 1.3%), or whose next point of ours costs more, stays."""
+    import types
+
+    from reorder.budget.frontier import OFFERED_MARGIN, Candidate
+
+    def point(cost, peak, offered=False):
+        return Candidate(types.SimpleNamespace(cost=cost), types.SimpleNamespace(peak=peak),
+                         f"{'inductor ' if offered else ''}cost {cost}", offered=offered)
+
+    work = 1000
+    margin = int(OFFERED_MARGIN * work)  # 60
+    stock = point(0, 1000)
+    points = (point(1, 900), point(100, 800, offered=True), point(120, 700, offered=True), point(100 + margin, 600),
+              point(300, 500, offered=True), point(300 + margin + 1, 400), point(500, 300))
+    front = Frontier(stock, points, work)
+    source = lambda budget: front.choose(budget).candidate.source  # noqa: E731
+    assert source(900) == "cost 1"  # ours: no change
+    assert source(800) == source(700) == f"cost {100 + margin}"  # both offered points give way to ours
+    assert source(600) == f"cost {100 + margin}"
+    assert source(500) == "inductor cost 300"  # our next point costs one more than the margin beyond it
+    assert source(250) == "cost 500" and not front.choose(250).feasible  # the lowest, as before
+    assert all(front.choose(b).feasible for b in (900, 800, 700, 600, 500))
+    small = Frontier(stock, (point(margin - 1, 800, offered=True), point(margin, 700)), work)
+    assert small.choose(800).candidate.source == f"inductor cost {margin - 1}"  # recomputes too little to give way
+    assert Frontier(stock, points).choose(800).candidate.source == "inductor cost 100"  # no work known: no margin
+    chosen = [front.choose(budget) for budget in range(1010, 0, -1)]
+    assert all(a.candidate.peak.peak >= b.candidate.peak.peak for a, b in zip(chosen, chosen[1:]))
+    # the records' points are the ones some budget chooses: asking for a given-way point's fraction gets ours
+    assert [p.cost for p in front.reachable] == [1, 100 + margin, 300, 300 + margin + 1, 500]
+    assert {id(c.candidate) for c in chosen if c.candidate is not stock} == {id(p) for p in front.reachable}
+
+
+def test_the_frontier_marks_offered_points_and_counts_the_steps_work():
+    """An offered saved set the cuts of ours also found stays ours (so it never gives way to a costlier point);
+    one only offered is marked; the frontier's work is every node's cost once."""
+    graph = layers(6)
+    stock = candidate_of(graph, graph.ids([f"wide{k}" for k in range(6)] + ["x"]), "inductor")
+    ours = frontier(graph, stock, resolution=0.0)
+    first = ours.points[0]
+    copied = frontier(graph, stock, resolution=0.0, offered={"inductor budget 0.5": first.partition.saved})
+    assert copied.work == sum(graph.cost) > 0
+    assert copied.points[0].partition == first.partition and copied.points[0].source == first.source
+    assert not any(p.offered for p in (*ours.points, *copied.points))
+    offered = candidate_of(graph, graph.ids(["wide0", "wide1", "wide2", "wide3", "wide5", "x"]), "offered")
+    resolution = (stock.peak.peak - first.peak.peak + 1) / stock.peak.peak  # leaves our first point out
+    front = frontier(graph, stock, resolution=resolution, offered={"inductor budget 0.4": offered.partition.saved})
+    marked = [p for p in front.points if p.offered]
+    assert [p.partition.saved for p in marked] == [offered.partition.saved]
+    assert marked[0].source == "inductor budget 0.4"
+
+
+def test_with_symbolic_sizes_a_given_way_point_a_level_can_reach_stays_in_the_records():
+    """Where no point meets a budget at the hints, the level chooses among the points of the least estimate
+    there, an offered one too: such a point gives way at every budget it meets, but a budget below it gets it by
+    its level, so it is one of the points some budget chooses."""
+    import types
+
+    from reorder.budget.frontier import Candidate
+
+    def point(cost, peak, scaled, offered=False):
+        return Candidate(types.SimpleNamespace(cost=cost), types.SimpleNamespace(peak=peak), f"cost {cost}", scaled,
+                         offered)
+
+    stock = point(0, 1000, 2000)
+    offered, ours = point(100, 950, 1400, offered=True), point(150, 950, 1000)
+    front = Frontier(stock, (offered, ours), 1000)
+    assert [front.level(p) for p in front.points] == [700, 500]
+    assert front.choose(960).candidate is ours and front.choose(960).feasible  # gives way where it is met
+    assert front.choose(800).candidate is offered and not front.choose(800).feasible  # reached by its level
+    assert front.reachable == (offered, ours)
+    alone = Frontier(stock, (offered, point(150, 900, 1000)), 1000)
+    assert alone.choose(960).candidate.cost == 150 and alone.reachable == (alone.points[1],)

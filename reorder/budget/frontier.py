@@ -26,7 +26,11 @@ budget its estimate meets does not get a costlier point of ours instead), and
 
 * stock itself when the budget is at least stock's estimate (the compile is
   then exactly Inductor's);
-* else the cheapest frontier point within the budget;
+* else the cheapest frontier point within the budget, unless it is an
+  offered partition that recomputes at least :data:`OFFERED_MARGIN` of the
+  step's work (every node's cost once) and a point of ours meets the budget
+  for at most that much more: then the first such point of ours, which is
+  lower too (see below);
 * else the lowest point (the budget cannot be met: ``feasible`` is False;
   where sizes are symbolic, the cheapest point that meets it at larger
   sizes, see below).
@@ -56,7 +60,30 @@ A smaller budget therefore never gets a higher level: a point meeting it
 meets every larger budget, and the cheapest of those has the higher level;
 a point chosen by its level alone has the lowest estimate at the hints, so
 a larger budget at or above that estimate is met by it in both, and gets it
-or a cheaper point of a higher level.
+or a cheaper point of a higher level. An offered point gives way to a later
+point that meets the budget too; where sizes are static every later point
+does (their estimates fall), and a smaller budget's cheapest point is the
+same one or a later one, and gives way to the same point of ours or to a
+later one.
+
+Why an offered partition gives way to a point of ours that costs a little
+more: Inductor's knapsack chooses op by op, so its partitions recompute
+different things in a model's repeated layers, and each layer's backward
+then builds kernels of its own, where our cuts recompute alike in every
+layer and the layers share their kernels' sources. On the decoder rows of
+"how people train" whose kernels were counted (eager loss, autocast,
+``dynamic=True``), every budget that chose one of Inductor's partitions
+built 38 to 45 C++ kernels (stock: 23 to 31), our points 20 to 27; with the
+eager loss, 0.7 chose Inductor's 0.4 (11.4% of the step's work recomputed,
+38 kernels, real peak 34.59 MB, compile 50% above stock's), where our next
+point recomputes 16.1%; chosen instead, it built 26 kernels (stock 27 on
+that machine), measured 27.25 MB and compiled 10% above stock's, at 1.17
+times stock's step in the alternation (with Inductor's 0.4, 1.15 times).
+An offered partition that recomputes less adds few kernels however it
+chooses, and stays: on MobileNetV2, Inductor's 0.4 recomputes 1.3% of the
+work and built fewer kernels at the lowest budget than our cut there (172
+against 206); and so does one whose next point of ours costs more than the
+margin beyond it: ALBERT-MLM's 0.6 (12.2% of the work, ours 11.2% more).
 Everything here is a count (the prices, our ordering methods' effort), so one step graph
 (with its measured scratch) gives the same choice on any machine.
 """
@@ -74,8 +101,8 @@ from .segments import SEGMENTS, segment_boundaries
 from .step_graph import StepGraph
 from .step_peak import ORDER_METHODS, Held, StepPeak, step_peak
 
-__all__ = ["PRICES", "RESOLUTION", "SEGMENT_PRICES", "STOCK_SOURCE", "Candidate", "Choice", "Frontier",
-           "at_larger_sizes", "budget_bytes_of", "candidate_of", "frontier", "price_label", "reaching_fraction"]
+__all__ = ["OFFERED_MARGIN", "PRICES", "RESOLUTION", "SEGMENT_PRICES", "STOCK_SOURCE", "Candidate", "Choice",
+           "Frontier", "at_larger_sizes", "budget_bytes_of", "candidate_of", "frontier", "price_label", "reaching_fraction"]
 
 #: Prices of recomputation tried, in bytes saved per unit of cost: None (infinite: recompute nothing), powers of
 #: two from 16 down to 2**-24 (a matrix product of inner size k frees about 2/k bytes per operation, an attention
@@ -90,6 +117,15 @@ SEGMENT_PRICES: tuple[Fraction, ...] = (*(Fraction(2) ** k for k in range(4, -25
 #: (the estimate's error against the measured real peaks of recomputing partitions reached 5% on the real-model
 #: benchmark, in either direction); an offered partition (Inductor's own) needs half of it.
 RESOLUTION = 0.05
+
+#: How much of the step's work (every node's cost once) the offered partition (Inductor's own) that is the cheapest
+#: to meet a budget must recompute, and how much more a point of ours may cost than it, for ours to be chosen instead
+#: (see the module docstring): on the decoder rows, Inductor's partitions there recomputed 10.1% to 16.1% of the
+#: work, and our next points 1.3% (with the eager loss, beside Inductor's 0.3), 4.7% (beside its 0.4), 5.1% (per
+#: layer, beside its 0.3) and 6.0% (compiled whole, beside its 0.5) more; on the 13 benchmark rows, Inductor's
+#: partitions on the frontier recompute 3.0% of the work at most, but for ALBERT-MLM's 0.6 (12.2%, our next point
+#: 11.2% more), and none gives way.
+OFFERED_MARGIN = 0.06
 
 
 def budget_bytes_of(budget: int | float, stock_peak: int) -> int:
@@ -123,12 +159,14 @@ STOCK_SOURCE = "inductor"
 class Candidate:
     """A partition with its estimated step peak; ``source`` is :data:`STOCK_SOURCE`, ``"price <p>"`` or another
     partitioner's (``"inductor budget 0.5"``);
-    ``scaled_peak``: its estimated step peak at larger sizes, where the frontier was given them."""
+    ``scaled_peak``: its estimated step peak at larger sizes, where the frontier was given them;
+    ``offered``: one of the saved sets the caller offered (another partitioner's), not a cut of ours."""
 
     partition: Partition
     peak: StepPeak
     source: str
     scaled_peak: int | None = None
+    offered: bool = False
 
     @property
     def cost(self) -> int:
@@ -151,15 +189,27 @@ class Choice:
 @dataclass(frozen=True)
 class Frontier:
     """Stock's candidate and the frontier below it: ``points`` by rising cost, strictly falling level (the
-    estimated peak, where no larger sizes were judged)."""
+    estimated peak, where no larger sizes were judged); ``work``: the step's work, every node's cost once, which
+    :data:`OFFERED_MARGIN` is a fraction of (0: an offered point never gives way)."""
 
     stock: Candidate
     points: tuple[Candidate, ...]
+    work: int = 0
 
     @property
     def lowest(self) -> Candidate:
         """The candidate with the lowest level (stock if nothing is below it)."""
         return self.points[-1] if self.points else self.stock
+
+    @property
+    def reachable(self) -> tuple[Candidate, ...]:
+        """The points some budget chooses: all but the offered ones that give way to a point of ours at the least
+        budget they meet, and so at every budget they are the cheapest to meet (:meth:`choose`), unless a budget
+        below every estimate at the hints can get them by their level; records and tables leave those out, since
+        asking for one's fraction gets the other."""
+        least = min((p.peak.peak for p in self.points), default=None)
+        return tuple(p for k, p in enumerate(self.points)
+                     if self._ours_instead(k, max(p.peak.peak, self.level(p))) is p or p.peak.peak == least)
 
     def level(self, candidate: Candidate) -> int:
         """``candidate``'s estimated peak, or, where it has one at larger sizes, that one scaled by stock's ratio
@@ -172,14 +222,25 @@ class Frontier:
             raise ReorderError(f"memory budget {budget!r}: expected a number of bytes >= 1")
         if budget >= self.stock.peak.peak:
             return Choice(self.stock, budget, True)
-        for point in self.points:
+        for k, point in enumerate(self.points):
             if self.level(point) <= budget and point.peak.peak <= budget:
-                return Choice(point, budget, True)
+                return Choice(self._ours_instead(k, budget), budget, True)
         least = min((point.peak.peak for point in self.points), default=None)
         for point in self.points:  # the hints' estimate cannot be met: the least of it, and the level decides
             if point.peak.peak == least and self.level(point) <= budget:
                 return Choice(point, budget, False)
         return Choice(self.lowest, budget, False)
+
+    def _ours_instead(self, k: int, budget: int) -> Candidate:
+        """Point ``k`` (the cheapest to meet ``budget``), or where it is offered and recomputes at least
+        :data:`OFFERED_MARGIN` of the step's work, the first point of ours after it that meets ``budget`` too and
+        costs at most that much more."""
+        point, margin = self.points[k], int(OFFERED_MARGIN * self.work)
+        if not point.offered or point.cost < margin or not margin:
+            return point
+        most = point.cost + margin
+        return next((p for p in self.points[k + 1:] if not p.offered and p.cost <= most
+                     and self.level(p) <= budget and p.peak.peak <= budget), point)
 
 
 def _level(candidate: Candidate, stock: Candidate) -> int:
@@ -230,7 +291,7 @@ def frontier(graph: StepGraph, stock: Candidate, prices: Sequence[Fraction | Non
         if kept:
             partitions += zip(cheapest_partitions(graph, segment_prices, kept),
                               (f"{count} segments, price {price_label(p)}" for p in segment_prices))
-    offered_sets = set()  # the offered partitions' saved sets
+    offered_sets, offered_sources = set(), set()  # the offered partitions' saved sets, and their names
     for source, saved in (offered or {}).items():
         try:
             partition = partition_of(graph, saved)
@@ -238,11 +299,14 @@ def frontier(graph: StepGraph, stock: Candidate, prices: Sequence[Fraction | Non
             continue  # recomputes what may not be recomputed (a random op, say)
         partitions.append((partition, source))
         offered_sets.add(partition.saved)
+        offered_sources.add(source)
     for partition, source in partitions:
         if partition.saved in seen:
             continue
         seen.add(partition.saved)
         candidate = _candidate(graph, partition, source, methods, held, scaled)
+        if source in offered_sources:  # our cut of the same set came first and stays ours
+            candidate = dataclasses.replace(candidate, offered=True)
         if scaled is not None and candidate.peak.peak > stock.peak.peak:
             continue  # lower at larger sizes, above stock at the sizes it was compiled for: never chosen
         candidates.append(candidate)
@@ -264,7 +328,7 @@ def frontier(graph: StepGraph, stock: Candidate, prices: Sequence[Fraction | Non
     floor = min(candidates, key=lambda c: (_level(c, stock), c.cost), default=None)
     if floor is not None:
         points = _falling(sorted([*points, floor], key=cost_then_level), stock, lambda c: 0)
-    return Frontier(stock, tuple(points))
+    return Frontier(stock, tuple(points), sum(graph.cost))
 
 
 def _falling(candidates: list[Candidate], stock: Candidate, least_drop: Callable[[Candidate], int]

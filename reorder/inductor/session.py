@@ -555,9 +555,11 @@ class PartitionRecord(_Record):
     again) and ``recomputed_flops`` (their cost: floating-point operations of
     matrix products, convolutions and attention, one per element written for
     the others), each beside stock's. ``frontier``: ``(recompute cost,
-    estimated peak)`` of every partition below stock's estimate that the
-    choice was made from; empty where the budget is at least stock's estimate
-    (stock is then the choice, and no other partition is built).
+    estimated peak)`` of every partition below stock's estimate that some
+    budget chooses (the frontier's points, less those of Inductor's that give
+    way to a point of ours: :attr:`~reorder.budget.frontier.Frontier.reachable`);
+    empty where the budget is at least stock's estimate (stock is then the
+    choice, and no other partition is built).
     ``frontier_levels``: where sizes are symbolic (dynamic shapes), each
     frontier point's level, by which it was chosen: its estimate at twice
     the size hints as the same fraction of ``stock_peak`` as it is of
@@ -820,7 +822,7 @@ class Session:
 
     def frontier(self) -> str:
         """The points each budgeted region could reach, as a table a person can pick a budget from: per region,
-        stock's partition and every cheaper-to-lower candidate the choice was made from (the record's
+        stock's partition and every cheaper-to-lower candidate some budget chooses (the record's
         ``frontier``), with its estimated step peak, the smallest fraction of stock's that reaches it (the
         ``memory_budget`` to ask for: :func:`~reorder.budget.frontier.reaching_fraction`), the floating-point
         work its backward recomputes and what that adds to stock's; the point the budget chose is marked. The
