@@ -537,6 +537,17 @@ def layers(count: int = 4, width: int = 100):
     return build_step_graph(specs, ["loss"], [grad], name="layers")
 
 
+def frontier_point(cost: int, peak: int, scaled: int | None = None, offered: bool = False):
+    """A frontier point by its cost and estimated peak alone (and its estimate at larger sizes), for choices made
+    by hand; an offered one's source starts with "inductor"."""
+    import types
+
+    from reorder.budget.frontier import Candidate
+
+    return Candidate(types.SimpleNamespace(cost=cost), types.SimpleNamespace(peak=peak),
+                     f"{'inductor ' if offered else ''}cost {cost}", scaled, offered)
+
+
 def test_segment_boundaries_are_the_values_crossing_the_cuts():
     graph = layers()
     assert [graph.node_names[v] for v in segment_boundaries(graph, 2)] == ["narrow1"]
@@ -710,13 +721,7 @@ def test_with_symbolic_sizes_a_budget_below_every_estimate_at_the_hints_gets_the
     and 500 B), as five of six do on a ``dynamic=True`` decoder's step. A budget below 950 B is met by none; it
     got the lowest point whatever its level asked, and now gets the cheapest of the three whose level meets it
     (not feasible: its estimate at the hints is above the budget). The choice stays monotone."""
-    import types
-
-    from reorder.budget.frontier import Candidate
-
-    def point(cost, peak, scaled):
-        return Candidate(types.SimpleNamespace(cost=cost), types.SimpleNamespace(peak=peak), f"cost {cost}", scaled)
-
+    point = frontier_point
     stock = point(0, 1000, 2000)
     front = Frontier(stock, (point(1, 990, 1800), point(2, 950, 1700), point(3, 950, 1200), point(4, 950, 1000)))
     assert [front.level(p) for p in front.points] == [900, 850, 600, 500]
@@ -758,16 +763,14 @@ def test_an_offered_point_that_recomputes_much_gives_way_to_a_point_of_ours_with
     """Inductor's knapsack recomputes op by op, unlike in each repeated layer, and its partitions built 38 to 45
     kernels on the decoder rows where ours built 20 to 27: with the eager loss, 0.7 chose Inductor's 0.4 (11.4% of
     the step's work recomputed), which compiled 50% longer than stock, where our next point recomputes 4.7% of
-    the work more: chosen instead, it measured 7.3 MB lower and compiled 10% longer. An offered point that recomputes at least
-    OFFERED_MARGIN of the work gives way to the first point of ours within that much more that meets the budget;
-    one that recomputes less (MobileNetV2's Inductor 0.4, 1.3%), or whose next point of ours costs more, stays."""
-    import types
-
-    from reorder.budget.frontier import OFFERED_MARGIN, Candidate
+    the work more: chosen instead, it measured 7.3 MB lower and compiled 10% longer. An offered point that
+    recomputes at least OFFERED_MARGIN of the work gives way to the first point of ours within that much more
+    that meets the budget; one that recomputes less (MobileNetV2's Inductor 0.4, 1.3%), or whose next point of
+    ours costs more, stays."""
+    from reorder.budget.frontier import OFFERED_MARGIN
 
     def point(cost, peak, offered=False):
-        return Candidate(types.SimpleNamespace(cost=cost), types.SimpleNamespace(peak=peak),
-                         f"{'inductor ' if offered else ''}cost {cost}", offered=offered)
+        return frontier_point(cost, peak, offered=offered)
 
     work = 1000
     margin = int(OFFERED_MARGIN * work)  # 60
@@ -815,14 +818,7 @@ def test_with_symbolic_sizes_a_given_way_point_a_level_can_reach_stays_in_the_re
     """Where no point meets a budget at the hints, the level chooses among the points of the least estimate
     there, an offered one too: such a point gives way at every budget it meets, but a budget below it gets it by
     its level, so it is one of the points some budget chooses."""
-    import types
-
-    from reorder.budget.frontier import Candidate
-
-    def point(cost, peak, scaled, offered=False):
-        return Candidate(types.SimpleNamespace(cost=cost), types.SimpleNamespace(peak=peak), f"cost {cost}", scaled,
-                         offered)
-
+    point = frontier_point
     stock = point(0, 1000, 2000)
     offered, ours = point(100, 950, 1400, offered=True), point(150, 950, 1000)
     front = Frontier(stock, (offered, ours), 1000)

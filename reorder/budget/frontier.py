@@ -102,7 +102,8 @@ from .step_graph import StepGraph
 from .step_peak import ORDER_METHODS, Held, StepPeak, step_peak
 
 __all__ = ["OFFERED_MARGIN", "PRICES", "RESOLUTION", "SEGMENT_PRICES", "STOCK_SOURCE", "Candidate", "Choice",
-           "Frontier", "at_larger_sizes", "budget_bytes_of", "candidate_of", "frontier", "price_label", "reaching_fraction"]
+           "Frontier", "at_larger_sizes", "budget_bytes_of", "candidate_of", "frontier", "price_label",
+           "reaching_fraction"]
 
 #: Prices of recomputation tried, in bytes saved per unit of cost: None (infinite: recompute nothing), powers of
 #: two from 16 down to 2**-24 (a matrix product of inner size k frees about 2/k bytes per operation, an attention
@@ -207,7 +208,7 @@ class Frontier:
         budget they meet, and so at every budget they are the cheapest to meet (:meth:`choose`), unless a budget
         below every estimate at the hints can get them by their level; records and tables leave those out, since
         asking for one's fraction gets the other."""
-        least = min((p.peak.peak for p in self.points), default=None)
+        least = self._least_estimate
         return tuple(p for k, p in enumerate(self.points)
                      if self._ours_instead(k, max(p.peak.peak, self.level(p))) is p or p.peak.peak == least)
 
@@ -223,9 +224,9 @@ class Frontier:
         if budget >= self.stock.peak.peak:
             return Choice(self.stock, budget, True)
         for k, point in enumerate(self.points):
-            if self.level(point) <= budget and point.peak.peak <= budget:
+            if self._meets(point, budget):
                 return Choice(self._ours_instead(k, budget), budget, True)
-        least = min((point.peak.peak for point in self.points), default=None)
+        least = self._least_estimate
         for point in self.points:  # the hints' estimate cannot be met: the least of it, and the level decides
             if point.peak.peak == least and self.level(point) <= budget:
                 return Choice(point, budget, False)
@@ -239,8 +240,17 @@ class Frontier:
         if not point.offered or point.cost < margin or not margin:
             return point
         most = point.cost + margin
-        return next((p for p in self.points[k + 1:] if not p.offered and p.cost <= most
-                     and self.level(p) <= budget and p.peak.peak <= budget), point)
+        return next((p for p in self.points[k + 1:] if not p.offered and p.cost <= most and self._meets(p, budget)),
+                    point)
+
+    def _meets(self, point: Candidate, budget: int) -> bool:
+        """Whether ``point`` meets ``budget`` bytes: its level and its estimate at the hints both do."""
+        return self.level(point) <= budget and point.peak.peak <= budget
+
+    @property
+    def _least_estimate(self) -> int | None:
+        """The least estimate at the hints of any point (None without points)."""
+        return min((point.peak.peak for point in self.points), default=None)
 
 
 def _level(candidate: Candidate, stock: Candidate) -> int:

@@ -204,6 +204,7 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
                 chosen, modules = front.stock, stock
         lap("partition made")
         stock_partition = front.stock.partition
+        reachable = front.reachable
         record = PartitionRecord(
             graph=name,
             nodes=graph.num_nodes,
@@ -219,8 +220,8 @@ class BudgetPartitioner(hook_base("CustomPartitionerFn"), SessionBound):
             stock_recomputed=_ops(graph, stock_partition.recomputed),
             recomputed_flops=chosen.cost,
             stock_recomputed_flops=stock_partition.cost,
-            frontier=tuple((p.cost, p.peak.peak) for p in front.reachable),
-            frontier_levels=(tuple(front.level(p) for p in front.reachable) if front.stock.scaled_peak is not None
+            frontier=tuple((p.cost, p.peak.peak) for p in reachable),
+            frontier_levels=(tuple(front.level(p) for p in reachable) if front.stock.scaled_peak is not None
                              else ()),  # judged at larger sizes too
             held_before=held_before,
             digest=digest,
