@@ -1269,6 +1269,42 @@ def test_a_region_compiled_per_layer_is_budgeted_for_every_call_of_the_step(fres
 
 
 @pytest.mark.slow
+def test_a_graph_compiled_again_in_the_session_keeps_the_order_kept_before_without_searching(monkeypatch):
+    """A recompile (a Hugging Face model's loss sets ``config.problem_type`` on the first call, and Dynamo compiles
+    the step again) hands our pass the same graphs under new names: each gets the order and figures kept for it
+    before, replayed without our methods or the allocation model's searches running again, and the step's numbers
+    are the first compile's to the bit."""
+    import reorder.inductor.reorder_pass as reorder_pass
+
+    searched = []
+    choose = reorder_pass.choose_order
+    monkeypatch.setattr(reorder_pass, "choose_order", lambda *args, **kwargs: searched.append(1) or choose(*args,
+                                                                                                            **kwargs))
+    model, x = small("transformer")
+
+    def step(fn):
+        torch.manual_seed(1)
+        loss = fn(x).square().mean()
+        loss.backward()
+        numbers = [loss.detach(), *(p.grad.clone() for p in model.parameters())]
+        model.zero_grad(set_to_none=True)
+        return numbers
+
+    with hook.use(memory_budget=0.5) as session:
+        first = step(torch.compile(model))
+        searches = len(searched)
+        torch._dynamo.reset()
+        again = step(torch.compile(model))
+    assert searches == 2 == len(searched)  # the forward's and the backward's, in the first compile only
+    graphs = session.graphs
+    assert [r.replayed for r in graphs] == [False, False, True, True], [r.graph for r in graphs]
+    for before, replayed in zip(graphs[:2], graphs[2:]):
+        assert replayed.graph != before.graph
+        assert dataclasses.replace(replayed, graph=before.graph, seconds=before.seconds, replayed=False) == before
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+
+
+@pytest.mark.slow
 def test_a_loss_compiled_apart_is_counted_beside_the_model_region_given_by_region(fresh_compiles, caplog):
     """Two blocks, a graph break, and a head with its loss compiled apart (as a model whose loss function breaks
     the graph): the loss region runs between the model region's forward and backward, on top of what the model

@@ -50,6 +50,7 @@ model's peak for the order kept is recorded beside theirs.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -207,6 +208,16 @@ class AllocationModel:
         return allocates, frees
 
     @cached_property
+    def content_digest(self) -> str:
+        """A digest of everything the model says (its graphs' :attr:`~reorder.graph.Graph.content_digest` and its
+        rules): two models with the same digest allocate the same for every order."""
+        content = (self.graph.content_digest, self.decided_by.content_digest if self.decided_by is not None else None,
+                   self.generated, self.reusable, self.scratch, self.grouped,
+                   None if self.writable is None else tuple(tuple(sorted(w)) for w in self.writable),
+                   tuple(sorted(self.local)), self.pooled_inputs)
+        return hashlib.sha256(repr(content).encode()).hexdigest()
+
+    @cached_property
     def _lifetime_source(self) -> tuple[int | None, ...] | None:
         """Per buffer of ``decided_by``, the buffer of :attr:`graph` of its name whose lifetime it has under any
         order (the same producer, readers and output flag), None where its own differs (an input the estimate
@@ -306,12 +317,13 @@ class KernelSources:
 
     ``code[v]``: node ``v``'s code with its buffers' names left out (None where it is not known: every group
     holding that node is then a source of its own); ``names[v]``: the buffers it names, in the order its code
-    names them."""
+    names them; ``digest``: a digest of both in full (two with the same digest count every order alike)."""
 
     def __init__(self, code: Sequence[str | None], names: Sequence[Sequence[str]]):
         ids: dict[str, int] = {}
         self.code = tuple(None if text is None else ids.setdefault(text, len(ids)) for text in code)
         self.names = tuple(tuple(used) for used in names)
+        self.digest = hashlib.sha256(repr((tuple(code), self.names)).encode()).hexdigest()  # what it says, in full
         self._keys: dict[tuple[int, ...], tuple] = {}  # a group's members -> its source
 
     def count(self, letters: str, order: Sequence[int]) -> int:

@@ -22,6 +22,7 @@ in the chosen order. Its promises to the user whose compile it runs in:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -130,24 +131,32 @@ class ReorderPass(hook_base("CustomSchedulerPass"), SessionBound):
         options = self.options
         t0 = time.perf_counter()
         graph, state = graph_from_scheduler(nodes, name)
-        convert_seconds = time.perf_counter() - t0
         figures = inductor_figures(graph, nodes, state) if options.compare or options.capture_dir else None
         candidates = {f"inductor_{m}": figures["orders"][m] for m in INDUCTOR_METHODS} if figures else None
         methods = options.methods
         if methods is None and budgeted(session, name):
             methods = QUICK_METHODS
-        result = reorder_for_peak_memory(graph, methods, candidates=candidates, max_seconds=options.max_seconds)
-        incoming = estimate_peak_memory(graph)
-        choice, real_graph = None, graph
+        real_graph = graph
         owned = owned_copies(session, name, state.graph_inputs)
         if freed_tangents(nodes, state.graph_inputs, owned):
             real_graph, _ = graph_from_scheduler(nodes, name, free_tangents=True, owned=owned)
         allocation = model_of_nodes(session, name, nodes, real_graph, graph)
-        t1 = time.perf_counter()
         sources = kernel_sources(nodes, name) if allocation is not None and allocation.grouped else None
+        key = None
+        if session is not None and figures is None:
+            key = _decision_key(options, methods, state.not_symbolic, graph, real_graph, allocation, sources)
+            earlier = session.remembered(key)
+            if earlier is not None:
+                record, order = earlier
+                if allocation is not None:
+                    note_model(session, name, allocation.peak(order))
+                return dataclasses.replace(record, graph=name, seconds=time.perf_counter() - t0,
+                                           replayed=True), list(order)
+        result = reorder_for_peak_memory(graph, methods, candidates=candidates, max_seconds=options.max_seconds)
+        incoming = estimate_peak_memory(graph)
+        choice = None
         if real_graph is not graph or allocation is not None:
             choice = choose_order(graph, real_graph, result, options, allocation, sources)
-        choice_seconds = time.perf_counter() - t1
         captured = write_capture(options.capture_dir, name, graph, figures) if options.capture_dir else None
         order = choice.order if choice else result.order
         if allocation is not None:
@@ -163,7 +172,7 @@ class ReorderPass(hook_base("CustomSchedulerPass"), SessionBound):
             methods=result.peaks,
             lower_bound=result.lower_bound,
             optimal=choice.optimal if choice else result.optimal,
-            seconds=convert_seconds + sum(result.seconds.values()) + choice_seconds,
+            seconds=time.perf_counter() - t0,
             estimate_of_incoming_order=incoming.peak,
             held_at_end=incoming.live[-1],
             notes=notes,
@@ -175,7 +184,21 @@ class ReorderPass(hook_base("CustomSchedulerPass"), SessionBound):
             captured=str(captured) if captured else None,
             peaks_at=sizes_record(graph, result, order),
         )
+        if key is not None:
+            session.remember(key, (record, tuple(order)))
         return record, order
+
+
+def _decision_key(options: HookOptions, methods, not_symbolic, graph: Graph, real_graph: Graph,
+                  allocation: AllocationModel | None, sources: KernelSources | None) -> tuple:
+    """Everything the order our pass keeps for a graph depends on: the options, the methods run, the graph in
+    Inductor's model and as a real step runs it, the model of its generated code and its kernels' sources. A
+    graph compiled again in a session (a recompile, each layer of a model compiled on its own) has the same key,
+    and the pass keeps the order it kept before without searching again (the record says ``replayed``)."""
+    return ("order", options.uuid(), None if methods is None else tuple(methods), not_symbolic, graph.content_digest,
+            real_graph.content_digest if real_graph is not graph else None,
+            allocation.content_digest if allocation is not None else None,
+            sources.digest if sources is not None else None)
 
 
 def compiling_session() -> Session | None:

@@ -431,7 +431,11 @@ class OrderRecord(_Record):
     hint), ``{"point": {symbol: value}, "peak": ours, "inductor": Inductor's
     own order}``; the order is never above Inductor's at any of them (see
     :mod:`reorder.schedulers.across_sizes`). ``notes["sizes"]`` says why a
-    graph with symbols was ordered at its hints only.
+    graph with symbols was ordered at its hints only. ``replayed``: the graph
+    is one the pass ordered earlier in the session (a recompile, each layer of
+    a model compiled on its own: the same nodes, options and model of its
+    code), and the order and figures are the ones kept then, found without
+    searching again (``seconds`` is this compile's).
 
     These are per-graph estimates: a lower ``peak`` lowers a step's real peak
     only where this graph's peak is the step's; :func:`reorder.measure.measure`
@@ -455,6 +459,7 @@ class OrderRecord(_Record):
     inductor_seconds: dict[str, float] | None = None
     captured: str | None = None
     peaks_at: dict[str, dict] | None = None
+    replayed: bool = False
 
     kind = "order"
 
