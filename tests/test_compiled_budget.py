@@ -323,6 +323,19 @@ def test_nodes_move_while_what_the_generated_code_allocates_falls():
                                 evaluations=4) == ([0, 1, 2, 3], 2710, (), 0)
 
 
+def test_a_search_replays_each_candidate_order_once_and_moves_as_before(monkeypatch):
+    """The gelu backward's search tries the same orders again (the pass after its last move repeats the moves
+    tried since, on the same order): each distinct order is replayed once, and the search ends where it did."""
+    g = gelu_backward()
+    model = AllocationModel(g, tuple(GELU_GENERATED), (True,) * g.num_buffers)
+    replayed = []
+    peak = AllocationModel.peak
+    monkeypatch.setattr(AllocationModel, "peak", lambda self, order, check=True: replayed.append(tuple(order)) or
+                        peak(self, order, check))
+    assert lower_allocated_peak([model], [[0, 1, 2, 3]], lambda order: True) == ([1, 2, 0, 3], 2110, (), 0)
+    assert len(replayed) == len(set(replayed)) > 2, replayed
+
+
 def test_a_node_move_on_a_symbolic_graph_is_judged_at_every_point():
     """Running ``v`` first ends the 100 B input before the 1000 B buffer ``Q`` is made, and makes ``v``'s
     ``5*s`` bytes live beside ``Q``: lower at the hint (s = 10: 1,051 B against 1,101 B) and higher where ``s`` is
