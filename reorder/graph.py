@@ -801,30 +801,37 @@ def build_graph(
 
 
 def plain_graph(name: str, node_names: Sequence[str], buffer_names: Sequence[str], size: Sequence[int],
-                size_alloc: Sequence[int], size_free: Sequence[int], producer: Sequence[int | None],
+                size_alloc: Sequence[int | None], size_free: Sequence[int | None], producer: Sequence[int | None],
                 freeable: Sequence[bool], is_output: Sequence[bool], declared_reads: Sequence[tuple[int, ...]],
-                after: Sequence[tuple[int, ...]]) -> Graph:
-    """A graph with no aliases, no multi-output buffers and constant sizes, from arrays another graph's checks
-    already hold: what :func:`build_graph` makes of the same specs, without parsing and checking them again.
+                after: Sequence[tuple[int, ...]], alias_of: Sequence[int | None] | None = None,
+                parent: Sequence[int | None] | None = None) -> Graph:
+    """A graph of constant sizes from arrays another graph's checks already hold: what :func:`build_graph` makes
+    of the same specs, without parsing and checking them again.
 
     For a graph derived from a built one many times over (the fusion guard's fused lists: hundreds per
-    compile). Buffers must be numbered as :func:`build_graph` numbers them (inputs first, then each node's
-    outputs in node order), reads listed once each; ``size_alloc``/``size_free`` are the computed buffers'
-    (an input's are what ``freeable`` implies, as :func:`build_graph` costs them); the listed order is still
-    checked to run.
+    compile; a training step's forward and backward under each candidate partition). Buffers must be numbered
+    as :func:`build_graph` numbers them (inputs first, then each node's outputs in node order), reads listed
+    once each; ``size_alloc``/``size_free`` are the computed buffers' (None: what the buffer's kind implies; an
+    input's are what ``freeable`` implies, as :func:`build_graph` costs them); ``alias_of``: each buffer's base
+    where it is a view (None: no views), ``parent``: its multi-output parent (None: none), each read by its
+    producer as :func:`build_graph` checks; the listed order is still checked to run.
     """
     nb = len(buffer_names)
     is_input = [p is None for p in producer]
     none_each = (None,) * nb  # no alias, parent, kind or symbolic size
-    size_alloc, size_free = _costs(size, size_alloc, size_free, is_input, freeable, none_each, none_each)
-    pred_order, root = _pred_order(is_input), range(nb)
+    alias_of = none_each if alias_of is None else tuple(alias_of)
+    parent = none_each if parent is None else tuple(parent)
+    alias_kind = tuple(None if base is None else "view" for base in alias_of)
+    size_alloc, size_free = _costs(size, size_alloc, size_free, is_input, freeable, alias_of, parent)
+    pred_order = _pred_order(is_input)
+    root = range(nb) if alias_of is none_each else _alias_roots(alias_of, buffer_names)
     reads = [_forwarded(d, root, pred_order) for d in declared_reads]
     readers, outputs_of, preds, succs = _adjacency(len(node_names), producer, reads, after)
     graph = Graph(
         name=name, size_hints={}, node_names=tuple(node_names), buffer_names=tuple(buffer_names),
         size=tuple(size), symbolic_size=none_each, size_alloc=size_alloc, size_free=size_free,
-        producer=tuple(producer), freeable=tuple(freeable), is_output=tuple(is_output), alias_of=none_each,
-        alias_kind=none_each, root=tuple(root), parent=none_each,
+        producer=tuple(producer), freeable=tuple(freeable), is_output=tuple(is_output), alias_of=alias_of,
+        alias_kind=alias_kind, root=tuple(root), parent=parent,
         readers=tuple(tuple(r) for r in readers), outputs=tuple(tuple(o) for o in outputs_of), reads=tuple(reads),
         declared_reads=tuple(declared_reads), after=tuple(after), preds=tuple(preds), succs=tuple(succs),
         workspace=(0,) * len(node_names), unique_workspace=(0,) * len(node_names),

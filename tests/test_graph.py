@@ -178,3 +178,33 @@ def test_the_builder_names_the_field_of_every_malformed_spec(nodes, inputs, mess
     with pytest.raises(GraphError) as raised:
         build_graph(nodes, inputs)
     assert str(raised.value) == message
+
+
+def test_plain_graph_makes_what_build_graph_makes_of_views_and_multi_output_nodes():
+    """From arrays (buffers numbered inputs first, then each node's outputs), a graph with a view of an input, a
+    multi-output node and its elements, and a view of an element: every field is build_graph's from the specs."""
+    import dataclasses
+
+    from reorder.graph import plain_graph
+
+    specs = [
+        NodeSpec("view_x", [BufferSpec("view_x", 0, alias_of="x", alias_kind="view")], reads=["x"]),
+        NodeSpec("split", [BufferSpec("split", 300)], reads=["view_x", "w"]),
+        NodeSpec("first", [BufferSpec("first", 100, parent="split")], reads=["split"]),
+        NodeSpec("second", [BufferSpec("second", 200, parent="split")], reads=["split"]),
+        NodeSpec("view_second", [BufferSpec("view_second", 0, alias_of="second", alias_kind="view")],
+                 reads=["second"]),
+        NodeSpec("out", [BufferSpec("out", 64)], reads=["first", "view_second", "x"]),
+    ]
+    built = build_graph(specs, [InputSpec("x", 400), InputSpec("w", 50, freeable=False)], ["out", "first"],
+                        name="g")
+    names = ["x", "w", "view_x", "split", "first", "second", "view_second", "out"]
+    unset = [None] * len(names)
+    plain = plain_graph("g", [s.name for s in specs], names, [400, 50, 0, 300, 100, 200, 0, 64], unset, unset,
+                        [None, None, 0, 1, 2, 3, 4, 5], [True, False] + [False] * 6,
+                        [False] * 4 + [True, False, False, True], [(0,), (2, 1), (3,), (3,), (5,), (4, 6, 0)],
+                        [()] * 6, alias_of=[None, None, 0, None, None, None, 5, None],
+                        parent=[None, None, None, None, 3, 3, None, None])
+    for f in dataclasses.fields(built):
+        assert getattr(plain, f.name) == getattr(built, f.name), f.name
+    assert built.root[6] == 5 and built.alias_kind[2] == "view" and built.size_alloc[3] == 300  # not all trivial

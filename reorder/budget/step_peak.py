@@ -65,7 +65,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..graph import BufferSpec, InputSpec, NodeSpec, build_graph
+from ..graph import plain_graph
 from ..schedulers import reorder_for_peak_memory
 from .allocation_model import AllocationModel
 from .partition import Partition
@@ -236,47 +236,79 @@ def _program(graph: StepGraph, name: str, runs: Sequence[int], inputs: dict[int,
              outputs: Sequence[int]) -> AllocationModel:
     """One program: ``runs`` (node ids, in order) reading ``inputs``, keeping ``outputs``, in Inductor's model.
 
-    Inputs of one storage share one buffer, named after the storage's root (a saved view holds its base).
+    Inputs of one storage share one buffer, named after the storage's root (a saved view holds its base). Each
+    node that gets a buffer writes one, named after it: a view of its base, an element of its multi-output
+    node, or a buffer of its bytes. The graph is built from these arrays (:func:`~reorder.graph.plain_graph`):
+    the step graph's values hold what :func:`~reorder.graph.build_graph` would check, and a frontier builds
+    two programs per candidate.
     """
     in_program = set(runs)
     storage = graph.storage
     kept = {storage[v] for v in outputs if not graph.costs_nothing[storage[v]]}
     needed = _materialised(graph, runs, in_program, kept)
-    buffer_of: dict[int, str] = {}  # values with a buffer in this program
-    fused_reads: dict[int, tuple[str, ...]] = {}  # values computed inside their readers' kernels: what they read
-    input_specs: dict[str, InputSpec] = {}
+    buffer_of: dict[int, int] = {}  # values with a buffer in this program: its id
+    fused_reads: dict[int, tuple[int, ...]] = {}  # values computed inside their readers' kernels: what they read
+    buffer_names: list[str] = []
+    size: list[int] = []
+    producer: list[int | None] = []
+    freeable: list[bool] = []
+    alias_of: list[int | None] = []
+    parent: list[int | None] = []
+    input_of: dict[str, int] = {}
     donated: set[str] = set()
+
+    def add_buffer(buffer: str, bytes_: int, made_by: int | None, free: bool, base: int | None = None,
+                   whole: int | None = None) -> int:
+        buffer_names.append(buffer)
+        size.append(bytes_)
+        producer.append(made_by)
+        freeable.append(free)
+        alias_of.append(base)
+        parent.append(whole)
+        return len(buffer_names) - 1
+
     for v, given in inputs.items():
         root = storage[v] if storage[v] not in in_program else v
-        buffer_of[v] = graph.node_names[root]
-        input_specs.setdefault(buffer_of[v], InputSpec(buffer_of[v], given.bytes, given.freeable))
+        buffer = graph.node_names[root]
+        if buffer not in input_of:
+            input_of[buffer] = add_buffer(buffer, given.bytes, None, given.freeable)
+        buffer_of[v] = input_of[buffer]
         if given.donated:
-            donated.add(buffer_of[v])
-
-    def reading(v: int) -> tuple[str, ...]:
-        return (buffer_of[v],) if v in buffer_of else fused_reads.get(v, ())
+            donated.add(buffer)
 
     channels_last = any(graph.sets_channels_last[v] for v in runs)
     scratch_of = graph.scratch_channels_last if channels_last else graph.scratch
-    specs, generated, scratch = [], [], []
+    node_names, declared, generated, scratch = [], [], [], []
     for v in runs:
-        reads = list(dict.fromkeys(b for a in graph.args[v] for b in reading(a)))
-        base, parent = graph.view_of[v], graph.element_of[v]
+        reads: list[int] = []
+        for a in graph.args[v]:
+            if a in buffer_of:
+                reads.append(buffer_of[a])
+            else:
+                reads += fused_reads.get(a, ())
+        reads = list(dict.fromkeys(reads))
+        base, whole = graph.view_of[v], graph.element_of[v]
         if (base is not None and base not in buffer_of) or (graph.pointwise[v] and base is None and v not in needed):
             fused_reads[v] = tuple(reads)  # fused into its readers (a view of a fused value is fused too)
             continue
-        buffer = buffer_of[v] = graph.node_names[v]
+        made_by = len(node_names)
+        node_names.append(graph.node_names[v])
         if base is not None:
-            spec = BufferSpec(buffer, 0, alias_of=buffer_of[base], alias_kind="view")
-        elif parent is not None:
-            spec = BufferSpec(buffer, graph.bytes[v], parent=buffer_of[parent])
+            buffer_of[v] = add_buffer(node_names[-1], 0, made_by, False, base=buffer_of[base])
+        elif whole is not None:
+            buffer_of[v] = add_buffer(node_names[-1], graph.bytes[v], made_by, False, whole=buffer_of[whole])
         else:
-            spec = BufferSpec(buffer, graph.bytes[v])
-        specs.append(NodeSpec(buffer, [spec], reads=reads))
-        generated.append(graph.fusible[v] and base is None and parent is None)
+            buffer_of[v] = add_buffer(node_names[-1], graph.bytes[v], made_by, False)
+        declared.append(tuple(reads))
+        generated.append(graph.fusible[v] and base is None and whole is None)
         scratch.append(scratch_of[v])
-    output_names = list(dict.fromkeys(buffer_of[s] for s in sorted(kept) if s in buffer_of))
-    program = build_graph(specs, list(input_specs.values()), output_names, name=name)
+    is_output = [False] * len(buffer_names)
+    for s in kept:
+        if s in buffer_of:
+            is_output[buffer_of[s]] = True
+    unset = [None] * len(buffer_names)  # every computed buffer costs what its kind implies
+    program = plain_graph(name, node_names, buffer_names, size, unset, unset, producer, freeable, is_output,
+                          declared, [()] * len(node_names), alias_of, parent)
     return AllocationModel.build(program, generated, donated, scratch, pooled_inputs=True)
 
 
