@@ -293,7 +293,8 @@ def _loop_body_text(body) -> str:
     lines += [f"{name} = {expr}" for name, expr in body.indexing_exprs.items()]
     for name, block in (("body", body.root_block), *body.subblocks.items()):
         lines.append(f"block {name}")
-        lines += [f"{node.name} = {node.op} {node.target!r} {node.args!r} {node.kwargs!r}" for node in block.graph.nodes]
+        lines += [f"{node.name} = {node.op} {node.target!r} {node.args!r} {node.kwargs!r}"
+                  for node in block.graph.nodes]
     return "\n".join(lines)
 
 
