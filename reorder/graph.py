@@ -202,7 +202,8 @@ class Graph:
         content = (sorted(self.size_hints.items()), self.node_names, self.buffer_names, self.size, self.symbolic_size,
                    self.size_alloc, self.size_free, self.producer, self.freeable, self.is_output, self.alias_of,
                    self.alias_kind, self.parent, self.declared_reads, self.after, self.workspace,
-                   self.unique_workspace, sorted((k, repr(v)) for k, v in self.size_ranges.items()))
+                   self.unique_workspace, sorted((k, repr(v)) for k, v in self.size_ranges.items()),
+                   self.size_exprs)  # a symbolic graph's expressions: costs at other sizes too
         return hashlib.sha256(repr(content).encode()).hexdigest()
 
     @property

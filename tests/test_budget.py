@@ -153,6 +153,13 @@ def test_step_graphs_are_checked():
         build_step_graph([StepNodeSpec("a", "primal"), StepNodeSpec("a", "forward")], [], [])
     with pytest.raises(GraphError, match="forward output 'z' is not a node"):
         build_step_graph([StepNodeSpec("a", "primal")], ["z"], [])
+    # a view reads its base and an element its multi-output node: the programs' graphs are built on that
+    with pytest.raises(GraphError, match="step node 'v': its base 'a' is not one of its arguments"):
+        build_step_graph([StepNodeSpec("a", "primal", bytes=8), StepNodeSpec("b", "primal", bytes=8),
+                          StepNodeSpec("v", "forward", ["b"], view_of="a")], [], [])
+    with pytest.raises(GraphError, match="step node 'e': its multi-output parent 'm' is not one of its arguments"):
+        build_step_graph([StepNodeSpec("a", "primal", bytes=8), StepNodeSpec("m", "forward", ["a"], bytes=16),
+                          StepNodeSpec("e", "forward", ["a"], bytes=8, element_of="m")], [], [])
 
 
 @st.composite

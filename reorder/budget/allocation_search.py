@@ -105,8 +105,8 @@ class _Replays:
         self._peaks: dict[tuple[int, tuple[int, ...]], int] = {}
 
     def peak(self, point: int, order: Sequence[int], check: bool = False) -> int:
-        """The allocated peak of ``order`` by the model of the ``point``-th point (``check``: the order is checked
-        when it is first replayed; a move within its neighbours is valid, and is not)."""
+        """The allocated peak of ``order`` by the model of the ``point``-th point (``check``: check the order when
+        it is first replayed; a move within its neighbours makes a valid order, which is not checked)."""
         key = (point, tuple(order))
         peak = self._peaks.get(key)
         if peak is None:
@@ -114,7 +114,8 @@ class _Replays:
         return peak
 
     def peaks(self, order: Sequence[int]) -> list[int]:
-        """The allocated peak of ``order`` at every point, the order checked (a start of the search)."""
+        """The allocated peak of ``order`` at every point (a start of the search: checked where it is first
+        replayed)."""
         return [self.peak(point, order, check=True) for point in range(len(self.models))]
 
 

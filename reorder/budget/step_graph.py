@@ -163,7 +163,9 @@ def build_step_graph(nodes: Sequence[StepNodeSpec], forward_outputs: Iterable[st
 
     Raises :class:`~reorder.errors.GraphError` for an unknown role, a
     duplicate name, an argument, base or parent that is not an earlier node,
-    negative bytes, cost or scratch, or an output that is not a node.
+    a base or parent that is not among the node's arguments (a view reads its
+    base, an element its multi-output node: the programs' graphs are built on
+    that), negative bytes, cost or scratch, or an output that is not a node.
     """
     index: dict[str, int] = {}
     for v, spec in enumerate(nodes):
@@ -187,6 +189,11 @@ def build_step_graph(nodes: Sequence[StepNodeSpec], forward_outputs: Iterable[st
     args = tuple(tuple(dict.fromkeys(earlier(v, a, "argument") for a in spec.args)) for v, spec in enumerate(nodes))
     view_of = tuple(earlier(v, spec.view_of, "base") for v, spec in enumerate(nodes))
     element_of = tuple(earlier(v, spec.element_of, "multi-output parent") for v, spec in enumerate(nodes))
+    for v, spec in enumerate(nodes):
+        for what, other in (("base", view_of[v]), ("multi-output parent", element_of[v])):
+            if other is not None and other not in args[v]:
+                raise GraphError(f"step node {spec.name!r}: its {what} {nodes[other].name!r} is not one of its "
+                                 f"arguments")
 
     def outputs(names: Iterable[str], what: str) -> tuple[int, ...]:
         found = []
