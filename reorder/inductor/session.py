@@ -421,7 +421,8 @@ class OrderRecord(_Record):
     ``estimate_of_incoming_order``: the estimate of the order Inductor handed
     us. ``seconds``: our pass's time on the graph (its conversions, our
     methods, the model of its generated code and the choice), without
-    Inductor's own methods (``compare``) or writing the capture. ``held_at_end``: the bytes the graph's outputs hold when it ends, under
+    Inductor's own methods (``compare``) or writing the capture.
+    ``held_at_end``: the bytes the graph's outputs hold when it ends, under
     every order (for a training forward, its outputs and the tensors it saves
     for the backward, which stay live until the backward frees them): the
     part of the estimate no order can lower, and what the step holds next to
