@@ -4,6 +4,7 @@ scheduler graphs); the real compiles are in test_budget_inductor.py and test_gen
 
 import dataclasses
 import logging
+import random
 from unittest.mock import patch
 
 import pytest
@@ -660,6 +661,31 @@ def test_a_kernel_group_that_repeats_another_is_one_source():
     assert KernelSources(["add", "mul", None, None, "mul", None], names).count(kinds, range(6)) == 2
     assert KernelSources(code, names).count("GNEGNE", range(6)) == 1  # no-ops put nothing into a source
     assert KernelSources(code, names).count("GGEGEE", range(6)) == 2  # (add, mul) and (add) groups
+
+
+def test_the_sources_with_a_node_put_in_are_those_of_the_new_order_at_every_place():
+    """:class:`SourcesWithInsertion` counts, from the groups beside a place, what :meth:`KernelSources.count` counts
+    for the whole order with the node put in there: a generated kernel or a no-op joins the runs on either side
+    (two groups become one), an extern kernel cuts the run it lands in (one group becomes two, or one and a run
+    of no-ops), and a run of no-ops only is no group. Random orders of repeated code check every place and kind."""
+    rng = random.Random(7)
+    for _ in range(300):
+        n = rng.randint(0, 14)
+        code = [rng.choice(["add", "mul", None]) for _ in range(n + 1)]
+        names = [[rng.choice("xyAB")] for _ in range(n + 1)]
+        sources = KernelSources(code, names)
+        order = rng.sample(range(n + 1), n + 1)
+        node, rest = order[0], order[1:]
+        letters = "".join(rng.choice("GGNE") for _ in rest)
+        counted = sources.insertions(letters, rest)
+        assert counted.count(0, node, "E") == sources.count(letters, rest)  # beside no run: nothing changes
+        for place in range(len(rest) + 1):
+            for kind in "GNE":
+                whole = sources.count(letters[:place] + kind + letters[place:], [*rest[:place], node, *rest[place:]])
+                assert counted.count(place, node, kind) == whole, (letters, place, kind)
+    sources = KernelSources(["add", "add", "add", None], [["x", "A"], ["x", "A"], ["x", "A"], []])
+    assert sources.insertions("GG", [0, 1]).count(1, 3, "E") == 1  # cut into two groups of one source
+    assert sources.insertions("GEG", [0, 3, 1]).count(2, 2, "G") == 2  # (add) and (add, add): two sources
 
 
 def two_layers():

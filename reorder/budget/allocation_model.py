@@ -61,7 +61,8 @@ from ..graph import Graph
 from ..sweep import live_bytes, peak_of
 from ..timeline import Lifetimes, Timeline, estimate_peak_memory, lifetimes, lifetimes_rebuilt, timeline_of
 
-__all__ = ["AllocationModel", "KernelSources", "kernel_count", "release_steps", "storage_handed_on"]
+__all__ = ["AllocationModel", "KernelSources", "SourcesWithInsertion", "kernel_count", "release_steps",
+           "storage_handed_on"]
 
 
 @dataclass(frozen=True)
@@ -329,14 +330,20 @@ class KernelSources:
     def count(self, letters: str, order: Sequence[int]) -> int:
         """The distinct sources of the kernel groups of ``order``, ``letters`` its nodes' kinds in order (as
         :func:`kernel_count` takes them)."""
-        sources = set()
-        for group in _KERNEL_GROUP.finditer(letters):
-            members = tuple(order[group.start():group.end()])
-            key = self._keys.get(members)
-            if key is None:
-                key = self._keys[members] = self._source(members, letters[group.start():group.end()])
-            sources.add(key)
-        return len(sources)
+        return len({self.key(tuple(order[group.start():group.end()]), letters[group.start():group.end()])
+                    for group in _KERNEL_GROUP.finditer(letters)})
+
+    def key(self, members: tuple[int, ...], letters: str) -> tuple:
+        """The source of one kernel group: ``members``, its nodes in order, ``letters`` their kinds."""
+        key = self._keys.get(members)
+        if key is None:
+            key = self._keys[members] = self._source(members, letters)
+        return key
+
+    def insertions(self, letters: str, order: Sequence[int]) -> SourcesWithInsertion:
+        """What :meth:`count` counts for ``order`` with one node put in at any place, each worked out from the
+        kernel groups beside that place (:class:`SourcesWithInsertion`)."""
+        return SourcesWithInsertion(self, letters, order)
 
     def _source(self, members: tuple[int, ...], letters: str) -> tuple:
         generated = [v for v, letter in zip(members, letters) if letter == "G"]
@@ -345,6 +352,70 @@ class KernelSources:
         numbered: dict[str, int] = {}
         return tuple((self.code[v], tuple(numbered.setdefault(name, len(numbered)) for name in self.names[v]))
                      for v in generated)
+
+
+class SourcesWithInsertion:
+    """The distinct sources of one order's kernel groups (:meth:`KernelSources.count`), and of the order with one
+    node put in at a place (:meth:`count`), for a search that tries one node at many places: putting a node in
+    changes at most the groups beside the place (a kernel Inductor generates, or a no-op, joins the run of
+    grouped nodes on either side of it, both where there is one on each side; an extern kernel cuts the run it
+    lands in), so each place costs a pass over those groups, where counting the new order costs a pass over
+    the order.
+
+    A kernel group is a run of grouped nodes (``G`` or ``N``) between extern kernels (``E``) with a kernel
+    Inductor generates in it (:func:`kernel_count`)."""
+
+    def __init__(self, sources: KernelSources, letters: str, order: Sequence[int]):
+        self.sources, self.letters, self.order = sources, letters, tuple(order)
+        self.run_start, self.run_end = [0] * len(letters), [0] * len(letters)  # per place: its run of grouped nodes
+        self.groups: dict[tuple, int] = {}  # each source: its groups
+        t = 0
+        while t < len(letters):
+            if letters[t] == "E":
+                t += 1
+                continue
+            start = t
+            while t < len(letters) and letters[t] != "E":
+                t += 1
+            self.run_start[start:t] = [start] * (t - start)
+            self.run_end[start:t] = [t] * (t - start)
+            key = self._source(start, t)
+            if key is not None:
+                self.groups[key] = self.groups.get(key, 0) + 1
+
+    def count(self, place: int, node: int, kind: str) -> int:
+        """The distinct sources with ``node`` (of kind ``kind``: ``E``, ``G`` or ``N``) put in before the order's
+        ``place``-th node (at the end for ``place`` = its length): what :meth:`KernelSources.count` counts for
+        that order."""
+        letters = self.letters
+        left = place > 0 and letters[place - 1] != "E"  # a run of grouped nodes ends just before the place
+        right = place < len(letters) and letters[place] != "E"  # one starts just after it
+        start = self.run_start[place - 1] if left else place
+        end = self.run_end[place] if right else place
+        if kind == "E":
+            if not (left and right):
+                return len(self.groups)  # beside a run, or between two extern kernels: no group changes
+            gone, made = [self._source(start, end)], [self._source(start, place), self._source(place, end)]
+        else:
+            gone = [self._source(start, end)] if start < end else []
+            made = [self._source(start, end, (place, node, kind))]
+        change: dict[tuple, int] = {}
+        for key, step in [*((key, -1) for key in gone), *((key, 1) for key in made)]:
+            if key is not None:
+                change[key] = change.get(key, 0) + step
+        groups = self.groups
+        return len(groups) + sum((groups.get(key, 0) + step > 0) - (groups.get(key, 0) > 0)
+                                 for key, step in change.items())
+
+    def _source(self, start: int, end: int, inserted: tuple[int, int, str] | None = None) -> tuple | None:
+        """The source of the run of the order's places ``start`` to ``end`` (with ``inserted``, ``(place, node,
+        kind)``, put in), None where it holds no generated kernel (no group)."""
+        members, letters = self.order[start:end], self.letters[start:end]
+        if inserted is not None:
+            place, node, kind = inserted
+            members = (*members[:place - start], node, *members[place - start:])
+            letters = letters[:place - start] + kind + letters[place - start:]
+        return self.sources.key(members, letters) if "G" in letters else None
 
 
 def release_steps(order: Sequence[int], grouped: Sequence[bool] | None) -> list[int]:

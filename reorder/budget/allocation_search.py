@@ -52,9 +52,11 @@ __all__ = ["EVALUATIONS", "SOURCE_CHECKS", "Gathered", "Moved", "fewer_kernels",
 #: Replays a search may run (each costs one pass over the graph's nodes and buffers).
 EVALUATIONS = 2000
 
-#: Counts of a candidate's kernel sources :func:`fewer_kernels` may make in one search (each a pass over the
-#: order, a tenth of a replay's cost or less); once they are spent, only places that lower the count of groups are
-#: still counted.
+#: Counts of a candidate's kernel sources :func:`fewer_kernels` may make in one search (each a pass over the kernel
+#: groups beside one place, :class:`~reorder.budget.allocation_model.SourcesWithInsertion`); once they are spent,
+#: only places that lower the count of groups are still counted. More counts gather more: on the backward of the
+#: decoder under autocast at 0.4, counting until no place lowers the count (28,000 counts) built 46 C++ kernels
+#: instead of 49, allocating no more by the model, but its step measured 20,452,236 B instead of 19,884,940 B.
 SOURCE_CHECKS = 5000
 
 
@@ -212,11 +214,9 @@ def fewer_kernels(models: Sequence[AllocationModel], order: Sequence[int], allow
     if before is None:
         return Gathered(current, 0, 0, 0)
     graph = model.graph
-    count_sources = (lambda letters, candidate: sources.count(letters, candidate)) if sources is not None \
-        else (lambda letters, candidate: 0)
     replays = _Replays(models)
     kernels, peaks = before, replays.peaks(current)
-    built = count_sources("".join(kinds[v] for v in current), current)
+    built = sources.count("".join(kinds[v] for v in current), current) if sources is not None else 0
     sources_before = built
     spent, moves, moved = 0, 0, True
     while moved and spent < evaluations:
@@ -232,6 +232,7 @@ def fewer_kernels(models: Sequence[AllocationModel], order: Sequence[int], allow
             if base >= kernels and (sources is None or checks <= 0):
                 continue  # taking it out joins no groups and empties none: no place it goes lowers the count
             g_before, g_after = _generated_around(letters)
+            insertions = None  # the sources of rest with v put in, once a place of v is counted
             earliest = max((position[u] for u in graph.preds[v]), default=-1) + 1
             latest = min((position[u] for u in graph.succs[v]), default=len(current)) - 1
             for j in range(earliest, latest + 1):
@@ -246,12 +247,15 @@ def fewer_kernels(models: Sequence[AllocationModel], order: Sequence[int], allow
                     count = base + (not (left_g or right_g))
                 if count >= kernels and (sources is None or checks <= 0):
                     continue
-                candidate = rest[:j] + [v] + rest[j:]  # v at step j, as lower_allocated_peak moves it
+                candidate_built = 0
                 if sources is not None:
                     checks -= 1
-                candidate_built = count_sources(letters[:j] + kinds[v] + letters[j:], candidate)
+                    if insertions is None:
+                        insertions = sources.insertions(letters, rest)
+                    candidate_built = insertions.count(j, v, kinds[v])
                 if (candidate_built, count) >= (built, kernels):  # fewer sources, or as many in fewer groups
                     continue
+                candidate = rest[:j] + [v] + rest[j:]  # v at step j, as lower_allocated_peak moves it
                 if spent >= evaluations:
                     return Gathered(current, before, kernels, moves, sources_before, built)
                 spent += 1
