@@ -9,8 +9,9 @@ and ``Scheduler.decide_inplace_update``, torch 2.13):
   it reads and is the last reader of, when the output needs between 95% and
   100% of that buffer's storage; the output allocates nothing;
 * **reuse pool**: a buffer that dies goes into a pool keyed by its storage
-  size (and dtype and device, which bytes stand for here); a later allocation
-  of that size takes the most recently pooled one, and between the free and
+  size, dtype and device (``buffer_reuse_key``; its bytes alone where the
+  model is not told the keys); a later allocation of the same key takes the
+  most recently pooled one, and between the free and
   the reuse the storage stays allocated. Inductor takes a reuse when the
   allocation comes right after the free, or when holding the storage
   between them keeps its own estimate (``memory.py``'s live bytes per node,
@@ -87,7 +88,11 @@ class AllocationModel:
     too. The generated code never pools them (its ``del`` of a graph input), but the step's programs, which rank
     partitions before Inductor lowers anything, rank with them pooled: ranked without it, ALBERT-MLM's step at
     0.974 chose a partition that measured 42.11 MB, above 1.0's 41.08 MB; the benchmark's rows are measured
-    with it.
+    with it. ``reuse_key[b]``: what the wrapper pools buffer ``b``'s storage by, where Inductor has said so
+    (``buffer_reuse_key``: its device, dtype, storage size and alignment; a dead buffer's storage goes only to a
+    buffer of the same key); None (or a None entry): its bytes alone. Under ``torch.autocast`` a bfloat16 buffer
+    and a float32 one of as many bytes have two keys: pooled by their bytes, the backward of a decoder at 0.4 was
+    modelled 1,095,680 B below what its code allocates, and with the keys it is the code's peak to the byte.
     """
 
     graph: Graph
@@ -99,24 +104,27 @@ class AllocationModel:
     writable: tuple[frozenset[int], ...] | None = None
     local: frozenset[int] = frozenset()
     pooled_inputs: bool = False
+    reuse_key: tuple[tuple | None, ...] | None = None
 
     @classmethod
     def build(cls, graph: Graph, generated: Sequence[bool], donated: Collection[str] = frozenset(),
               scratch: Sequence[int] | None = None, decided_by: Graph | None = None,
               grouped: Sequence[bool] | None = None, free_inputs: Collection[str] = frozenset(),
               writable: Mapping[str, Collection[str]] | None = None, local: Collection[str] = (),
-              pooled_inputs: bool = False) -> AllocationModel:
+              pooled_inputs: bool = False, reuse_keys: Mapping[str, tuple] | None = None) -> AllocationModel:
         """The model of ``graph`` with the inputs named in ``free_inputs`` at zero bytes (they live before the
         program and after it), the inputs named in ``donated`` free to hand on their storage once they die, each
-        node's workspace added to its ``scratch``, and ``writable`` and ``local`` given by buffer names."""
+        node's workspace added to its ``scratch``, and ``writable``, ``local`` and ``reuse_keys`` given by buffer
+        names."""
         graph = graph.with_free_inputs(free_inputs)
         during = tuple(w + (scratch[v] if scratch is not None else 0) for v, w in enumerate(graph.workspace))
         index = graph.buffer_index
         into = None if writable is None else tuple(frozenset(index[x] for x in writable.get(name, ()) if x in index)
                                                    for name in graph.buffer_names)
+        keys = None if reuse_keys is None else tuple(reuse_keys.get(name) for name in graph.buffer_names)
         return cls(graph, tuple(generated), storage_handed_on(graph, donated), during if any(during) else None,
                    decided_by, tuple(grouped) if grouped is not None else None, into,
-                   frozenset(index[b] for b in local if b in index), pooled_inputs)
+                   frozenset(index[b] for b in local if b in index), pooled_inputs, keys)
 
     def at(self, point: Mapping[str, int]) -> AllocationModel:
         """This model with a symbolic graph's sizes at ``point`` (:meth:`~reorder.graph.Graph.at`); each kernel's
@@ -183,15 +191,15 @@ class AllocationModel:
         for b in rules.pooled:
             if end[b] is not None:
                 dying[released[end[b]]].append(b)
-        size_free, is_output = graph.size_free, graph.is_output
+        pooled_by, is_output = rules.pooled_by, graph.is_output
         for step, v in enumerate(order):
-            for b, size, writes_into in rules.placed[v]:
+            for b, size, key, writes_into in rules.placed[v]:
                 taken = None
                 for x in writes_into:
                     if end[x] == step and not handed[x]:
                         taken = x
                         break
-                waiting = pool.get(size) if taken is None else None
+                waiting = pool.get(key) if taken is None else None
                 if waiting:
                     first_held = released[end[waiting[-1]]] + 1  # steps first_held .. step - 1 would hold it
                     if first_held >= step or size + max(estimated[first_held:step]) <= judged_peak:
@@ -205,7 +213,7 @@ class AllocationModel:
                     frees[taken] = 0
             for x in dying[step]:
                 if not handed[x]:
-                    pool.setdefault(size_free[x], []).append(x)
+                    pool.setdefault(pooled_by[x], []).append(x)
         return allocates, frees
 
     @cached_property
@@ -215,7 +223,7 @@ class AllocationModel:
         content = (self.graph.content_digest, self.decided_by.content_digest if self.decided_by is not None else None,
                    self.generated, self.reusable, self.scratch, self.grouped,
                    None if self.writable is None else tuple(tuple(sorted(w)) for w in self.writable),
-                   tuple(sorted(self.local)), self.pooled_inputs)
+                   tuple(sorted(self.local)), self.pooled_inputs, self.reuse_key)
         return hashlib.sha256(repr(content).encode()).hexdigest()
 
     @cached_property
@@ -245,6 +253,7 @@ class AllocationModel:
     def _rules(self) -> _Rules:
         """What :meth:`_handed_on` needs that no order changes, worked out once per model."""
         graph, reusable, local = self.graph, self.reusable, self.local
+        keys = self.reuse_key or (None,) * graph.num_buffers
         allocates = tuple(0 if b in local else size for b, size in enumerate(graph.size_alloc))
         frees = tuple(0 if graph.is_output[b] or b in local else graph.size_free[b] for b in range(graph.num_buffers))
         pooled = tuple(b for b in range(graph.num_buffers)
@@ -265,21 +274,24 @@ class AllocationModel:
                     writes_into = tuple(x for x in readable if reusable[x] and not graph.is_output[x]
                                         and x not in local  # a local one has no storage
                                         and 0.95 * graph.size_free[x] <= size <= graph.size_free[x])
-                mine.append((b, size, writes_into))
+                mine.append((b, size, size if keys[b] is None else keys[b], writes_into))
             placed.append(tuple(mine))
-        return _Rules(allocates, frees, pooled, tuple(placed))
+        pooled_by = tuple(graph.size_free[b] if keys[b] is None else keys[b] for b in range(graph.num_buffers))
+        return _Rules(allocates, frees, pooled, tuple(placed), pooled_by)
 
 
 class _Rules(NamedTuple):
     """An :class:`AllocationModel`'s rules as arrays: each buffer's bytes allocated and freed before any storage
-    is handed on, the buffers that go into the reuse pool when they die, and per node the outputs that may take
-    a dead buffer's storage (its size, and the buffers its kernel may write it into in place, first choice
-    first)."""
+    is handed on, the buffers that go into the reuse pool when they die, per node the outputs that may take a
+    dead buffer's storage (its size, the key of the pool it takes from, and the buffers its kernel may write it
+    into in place, first choice first), and per buffer the key of the pool it goes into when it dies (its
+    :attr:`AllocationModel.reuse_key`, else the bytes it frees)."""
 
     allocates: tuple[int, ...]
     frees: tuple[int, ...]
     pooled: tuple[int, ...]
-    placed: tuple[tuple[tuple[int, int, tuple[int, ...]], ...], ...]
+    placed: tuple[tuple[tuple[int, int, object, tuple[int, ...]], ...], ...]
+    pooled_by: tuple
 
 
 def storage_handed_on(graph: Graph, donated: Collection[str] = frozenset()) -> tuple[bool, ...]:
@@ -334,7 +346,8 @@ class KernelSources:
                     for group in _KERNEL_GROUP.finditer(letters)})
 
     def key(self, members: tuple[int, ...], letters: str) -> tuple:
-        """The source of one kernel group: ``members``, its nodes in order, ``letters`` their kinds."""
+        """The source of one kernel group: ``members``, its nodes in order, ``letters`` their kinds (remembered by
+        the members alone: a node is always asked about with the same kind, as an order's nodes are)."""
         key = self._keys.get(members)
         if key is None:
             key = self._keys[members] = self._source(members, letters)
@@ -355,8 +368,8 @@ class KernelSources:
 
 
 class SourcesWithInsertion:
-    """The distinct sources of one order's kernel groups (:meth:`KernelSources.count`), and of the order with one
-    node put in at a place (:meth:`count`), for a search that tries one node at many places: putting a node in
+    """What :meth:`KernelSources.count` counts for one order with one node put in at a place (:meth:`count`), for
+    a search that tries one node at many places: putting a node in
     changes at most the groups beside the place (a kernel Inductor generates, or a no-op, joins the run of
     grouped nodes on either side of it, both where there is one on each side; an extern kernel cuts the run it
     lands in), so each place costs a pass over those groups, where counting the new order costs a pass over
@@ -367,8 +380,9 @@ class SourcesWithInsertion:
 
     def __init__(self, sources: KernelSources, letters: str, order: Sequence[int]):
         self.sources, self.letters, self.order = sources, letters, tuple(order)
-        self.run_start, self.run_end = [0] * len(letters), [0] * len(letters)  # per place: its run of grouped nodes
-        self.groups: dict[tuple, int] = {}  # each source: its groups
+        # per place of a grouped node (G or N): where its run of grouped nodes starts and ends
+        self.run_start, self.run_end = [0] * len(letters), [0] * len(letters)
+        self.groups: dict[tuple, int] = {}  # each source: how many of the order's groups build it
         t = 0
         while t < len(letters):
             if letters[t] == "E":

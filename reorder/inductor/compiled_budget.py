@@ -72,6 +72,7 @@ __all__ = ["RegionPlan", "backward_free_inputs", "budgeted", "check_generated", 
            "generated_kernels", "handed_channels_last", "in_place_inputs", "kernel_local_buffers", "kernel_scratch",
            "kernel_sources",
            "model_of_nodes", "note_model", "origin_names", "outer_loop_local_buffers", "owned_copies", "owned_inputs",
+           "reuse_keys",
            "partitioned", "region_of"]
 
 log = logging.getLogger("reorder")
@@ -154,8 +155,38 @@ def in_place_inputs(nodes: list) -> dict[str, frozenset[str]]:
                         and any(user.node is member and user.can_inplace for user in here)
                         and all(user.node is member or user.node.get_name() in member.ancestors for user in here)):
                     names.add(dep.name)  # its last reader in this kernel, at the index it writes
-            for buf in member.get_outputs():
-                found[buf.get_name()] = frozenset(names)
+            for buf in member.get_outputs():  # of the output's dtype and size (``can_match_buffer_size``)
+                found[buf.get_name()] = frozenset(name for name in names
+                                                  if _matches(scheduler.name_to_donated_buffer.get(name)
+                                                              or scheduler.name_to_buf[name], buf))
+    return found
+
+
+def _matches(read, written) -> bool:
+    """Whether Inductor lets a kernel write the buffer ``written`` into the storage of ``read``
+    (``can_match_buffer_size``: the same device and dtype, a storage at most 5% larger); True under a torch
+    without the function (the model's own rule on bytes still holds)."""
+    from torch._inductor.codegen import wrapper
+
+    can_match = getattr(wrapper, "can_match_buffer_size", None)
+    return can_match is None or bool(can_match(read.node, written.node))
+
+
+def reuse_keys(nodes: list) -> dict[str, tuple[str, ...]]:
+    """Per output buffer of the scheduler ``nodes``: the key Inductor's wrapper pools its storage by once it
+    dies, and takes a dead buffer's storage by (``buffer_reuse_key``: device, dtype, storage size, alignment):
+    a buffer takes over only the storage of one of its key. A buffer whose key cannot be read is left out (the
+    model pools it by its bytes), and so is every buffer under a torch without the function."""
+    from torch._inductor.codegen import wrapper
+
+    key_of = getattr(wrapper, "buffer_reuse_key", None)
+    found: dict[str, tuple[str, ...]] = {}
+    for node in nodes if key_of is not None else ():
+        for buf in node.get_outputs():
+            try:
+                found[buf.get_name()] = tuple(str(part) for part in key_of(buf.node))
+            except Exception:  # noqa: BLE001 - no key read: pooled by its bytes
+                continue
     return found
 
 
@@ -310,15 +341,16 @@ def origin_names(nodes: list) -> list[frozenset[str]]:
 def compiled_model(session: Session | None, graph_name: str, graph: Graph, generated: Sequence[bool],
                    origins: Sequence[frozenset[str]] = (), decided_by: Graph | None = None,
                    grouped: Sequence[bool] | None = None, writable: Mapping[str, Collection[str]] | None = None,
-                   kernels: Mapping[str, int] | None = None, local: Collection[str] = ()) -> AllocationModel | None:
+                   kernels: Mapping[str, int] | None = None, local: Collection[str] = (),
+                   reuse_keys: Mapping[str, tuple] | None = None) -> AllocationModel | None:
     """What the generated code of ``graph_name`` will allocate for any order of ``graph``'s nodes, if it is the
     forward or backward of a budgeted region (see the module docstring), else None: the region's free inputs at
     zero bytes, a backward's donated saved values free to hand on their storage, each extern kernel's scratch as
     the partitioner's probe measured it for the fx nodes it was lowered from (``origins``, per node), or as
     ``kernels`` gives it by those names (:func:`kernel_scratch`).
-    ``generated``, ``decided_by``, ``grouped``, ``writable`` and ``local``: as in
+    ``generated``, ``decided_by``, ``grouped``, ``writable``, ``local`` and ``reuse_keys``: as in
     :class:`~reorder.budget.allocation_model.AllocationModel` (:func:`generated_kernels`, :func:`kernel_groups`,
-    :func:`in_place_inputs`, :func:`kernel_local_buffers`)."""
+    :func:`in_place_inputs`, :func:`kernel_local_buffers`, :func:`reuse_keys`)."""
     planned = _planned_graph(session, graph_name)
     if planned is None:
         return None
@@ -328,7 +360,8 @@ def compiled_model(session: Session | None, graph_name: str, graph: Graph, gener
                for made, names in zip(generated, origins)] if origins else None
     donated = plan.donated_inputs if kind == "backward" else frozenset()
     free = backward_free_inputs(plan) if kind == "backward" else plan.free_inputs
-    return AllocationModel.build(graph, generated, donated, scratch, decided_by, grouped, free, writable, local)
+    return AllocationModel.build(graph, generated, donated, scratch, decided_by, grouped, free, writable, local,
+                                 reuse_keys=reuse_keys)
 
 
 def kernel_scratch(plan: RegionPlan, kind: str, kernels: Sequence) -> dict[str, int]:
@@ -520,8 +553,9 @@ def model_of_nodes(session: Session | None, graph_name: str, nodes: list, graph:
             else frozenset()
         if applies("outer_loop_local_buffers", session.options.model_rewrites):
             local |= outer_loop_local_buffers(nodes)
+        keys = reuse_keys(nodes) if applies("reuse_keys", session.options.model_rewrites) else None
         return compiled_model(session, graph_name, graph, generated_kernels(nodes), origin_names(nodes), decided_by,
-                              grouped, writable, kernels, local)
+                              grouped, writable, kernels, local, keys)
     except Exception as exc:  # noqa: BLE001 - the user's compile must go on
         log.warning("reorder: could not model the compiled %s for its memory budget: %s: %s", graph_name,
                     type(exc).__name__, exc)

@@ -79,6 +79,12 @@ REWRITES: tuple[Rewrite, ...] = (
             THROUGH_2_15, "tests/test_generated_code.py::test_the_replay_of_each_compiled_graph_is_the_allocators_"
                           "peak_of_its_call_and_the_models_promise (the residual CNN's forward writes no output "
                           "into a channels-last convolution's)"),
+    Rewrite("reuse_keys",
+            "a dead buffer's storage goes only to a buffer of the same device, dtype and storage size (not of as "
+            "many bytes), and a kernel writes in place only into a buffer of its output's dtype",
+            "torch/_inductor/codegen/wrapper.py: buffer_reuse_key, AllocateLine.plan, can_match_buffer_size",
+            THROUGH_2_15, "tests/test_wild.py::test_under_autocast_the_model_of_the_compiled_code_pools_storage_by_"
+                          "inductors_reuse_key (a decoder's bfloat16 and float32 buffers of as many bytes)"),
     Rewrite("kernel_local_buffers",
             "a buffer a fused kernel makes and uses up inside itself (no reader elsewhere, not an output) is never "
             "allocated, though Inductor's estimate counts it",
