@@ -174,9 +174,10 @@ def _matches(read, written) -> bool:
 
 def reuse_keys(nodes: list) -> dict[str, tuple[str, ...]]:
     """Per output buffer of the scheduler ``nodes``: the key Inductor's wrapper pools its storage by once it
-    dies, and takes a dead buffer's storage by (``buffer_reuse_key``: device, dtype, storage size, alignment):
-    a buffer takes over only the storage of one of its key. A buffer whose key cannot be read is left out (the
-    model pools it by its bytes), and so is every buffer under a torch without the function."""
+    dies, and takes a dead buffer's storage by (``buffer_reuse_key``: device, dtype, storage size, alignment,
+    stream): a buffer takes over only the storage of one of its key. A buffer whose key cannot be read is left
+    out (the model pools it by its bytes, among the other buffers without a key: a multi-output kernel's, which
+    hands on nothing), and so is every buffer under a torch without the function."""
     from torch._inductor.codegen import wrapper
 
     key_of = getattr(wrapper, "buffer_reuse_key", None)

@@ -81,7 +81,8 @@ REWRITES: tuple[Rewrite, ...] = (
                           "into a channels-last convolution's)"),
     Rewrite("reuse_keys",
             "a dead buffer's storage goes only to a buffer of the same device, dtype and storage size (not of as "
-            "many bytes), and a kernel writes in place only into a buffer of its output's dtype",
+            "many bytes), and a kernel writes in place only into a buffer of its output's device and dtype, at "
+            "most 5% larger",
             "torch/_inductor/codegen/wrapper.py: buffer_reuse_key, AllocateLine.plan, can_match_buffer_size",
             THROUGH_2_15, "tests/test_wild.py::test_under_autocast_the_model_of_the_compiled_code_pools_storage_by_"
                           "inductors_reuse_key (a decoder's bfloat16 and float32 buffers of as many bytes)"),
