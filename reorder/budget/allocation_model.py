@@ -90,9 +90,10 @@ class AllocationModel:
     0.974 chose a partition that measured 42.11 MB, above 1.0's 41.08 MB; the benchmark's rows are measured
     with it. ``reuse_key[b]``: what the wrapper pools buffer ``b``'s storage by, where Inductor has said so
     (``buffer_reuse_key``: its device, dtype, storage size, alignment and stream; a dead buffer's storage goes
-    only to a buffer of the same key); None (or a None entry): its bytes alone, among the buffers without a key. Under ``torch.autocast`` a bfloat16 buffer
-    and a float32 one of as many bytes have two keys: pooled by their bytes, the backward of a decoder at 0.4 was
-    modelled 1,095,680 B below what its code allocates, and with the keys it is the code's peak to the byte.
+    only to a buffer of the same key); None (or a None entry): its bytes alone, among the buffers without a key.
+    Under ``torch.autocast`` a bfloat16 buffer and a float32 one of as many bytes have two keys: pooled by their
+    bytes, the backward of a decoder at 0.4 was modelled 1,095,680 B below what its code allocates, and with the
+    keys it is the code's peak to the byte.
     """
 
     graph: Graph

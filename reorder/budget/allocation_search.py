@@ -205,8 +205,8 @@ def fewer_kernels(models: Sequence[AllocationModel], order: Sequence[int], allow
     (every place of such an extern kernel is counted). Such a move is kept only where it builds no more
     sources. It also moves nodes of one repeated layer so that its groups no longer repeat another layer's,
     which Inductor then builds apart: any place of a node can lower the count of sources, so with ``sources``
-    every place is counted (from the groups beside it, :class:`~reorder.budget.allocation_model.SourcesWithInsertion`:
-    no replay) while ``checks`` counts are left (every count
+    every place is counted (from the groups beside it, no replay:
+    :class:`~reorder.budget.allocation_model.SourcesWithInsertion`) while ``checks`` counts are left (every count
     spends one, those of places that lower the groups too; once they are spent only those places are
     counted), and replayed where it lowers it. An order without kernel groups (Triton) is returned as it is."""
     model = models[0]

@@ -74,16 +74,17 @@ REWRITES: tuple[Rewrite, ...] = (
             "tests/test_budget_inductor.py::test_an_addition_of_two_products_folds_the_product_inductor_folds"),
     Rewrite("in_place_reads",
             "a generated kernel writes its output into a buffer that dies there only where Inductor's scheduler "
-            "marked the read can_inplace (read at the index it writes: not across a layout change)",
-            "torch/_inductor/scheduler.py: SchedulerNode.can_inplace, BaseSchedulerNode.decide_inplace_update",
+            "marked the read can_inplace (read at the index it writes: not across a layout change) and the buffer "
+            "has the output's device and dtype and is at most 5% larger",
+            "torch/_inductor/scheduler.py: SchedulerNode.can_inplace, BaseSchedulerNode.decide_inplace_update; "
+            "codegen/wrapper.py: can_match_buffer_size",
             THROUGH_2_15, "tests/test_generated_code.py::test_the_replay_of_each_compiled_graph_is_the_allocators_"
                           "peak_of_its_call_and_the_models_promise (the residual CNN's forward writes no output "
                           "into a channels-last convolution's)"),
     Rewrite("reuse_keys",
             "a dead buffer's storage goes only to a buffer of the same device, dtype and storage size (not of as "
-            "many bytes), and a kernel writes in place only into a buffer of its output's device and dtype, at "
-            "most 5% larger",
-            "torch/_inductor/codegen/wrapper.py: buffer_reuse_key, AllocateLine.plan, can_match_buffer_size",
+            "many bytes)",
+            "torch/_inductor/codegen/wrapper.py: buffer_reuse_key, AllocateLine.plan",
             THROUGH_2_15, "tests/test_wild.py::test_under_autocast_the_model_of_the_compiled_code_pools_storage_by_"
                           "inductors_reuse_key (a decoder's bfloat16 and float32 buffers of as many bytes)"),
     Rewrite("kernel_local_buffers",
