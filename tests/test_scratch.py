@@ -1,7 +1,9 @@
 """Extern kernels' scratch, measured by running them: what the step's estimate adds while a convolution runs."""
 
+import pytest
 import torch
 from torch import nn
+from torch._functorch.aot_autograd import aot_function, make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from reorder.inductor import scratch
@@ -41,8 +43,8 @@ def direct_scratch(node, channels_last: bool, forward_values=frozenset()) -> int
         if isinstance(arg, torch.fx.Node):
             val = arg.meta["val"]
             if val.dim() == 4 and (channels_last or arg in forward_values):
-                return torch.ones(val.shape).to(memory_format=torch.channels_last)
-            return torch.empty_strided(val.shape, val.stride()).fill_(1)
+                return torch.ones(val.shape, dtype=val.dtype).to(memory_format=torch.channels_last)
+            return torch.empty_strided(val.shape, val.stride(), dtype=val.dtype).fill_(1)
         return arg
 
     args = [make(a) for a in node.args]
@@ -50,7 +52,7 @@ def direct_scratch(node, channels_last: bool, forward_values=frozenset()) -> int
     if not channels_last:
         lowered, copied = scratch._as_lowered(node.target, tuple(
             encoded(a) if isinstance(a, torch.Tensor) else tuple(a) if isinstance(a, list) else a for a in args))
-        args = [torch.empty_strided(a.shape, low[3]).fill_(1) if isinstance(a, torch.Tensor) else a
+        args = [torch.empty_strided(a.shape, low[3], dtype=a.dtype).fill_(1) if isinstance(a, torch.Tensor) else a
                 for a, low in zip(args, lowered)]
     kept = []
     peak = measure(lambda: kept.append(node.target(*args)), "cpu").peak
@@ -213,6 +215,47 @@ def test_the_flash_attention_backwards_scratch_is_what_running_it_allocates():
         v = graph.index[node.name]
         assert graph.scratch[v] == direct_scratch(node, channels_last=False) > 0
         assert without.scratch[without.index[node.name]] == 0
+
+
+def test_a_reduced_precision_products_scratch_is_what_running_it_allocates():
+    """Under ``torch.autocast`` a linear layer's products run in bfloat16, and oneDNN packs their operands in
+    buffers of the allocator while they run: the step graph counts that on each product (forward ``addmm``/``mm``
+    and the backward's ``mm``s) as running it by hand measures it, and at least one is above 0. The same step in
+    float32 counts nothing (its BLAS packs outside the allocator, so its products are not run), nor does the
+    bfloat16 step with the rewrite switched off."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256))
+    names = [n for n, _ in model.named_parameters()]
+    captured = []
+
+    def capture(gm, joint_inputs, **kwargs):
+        args = kwargs["num_fwd_outputs"], kwargs["static_lifetime_input_indices"]
+        captured.append((gm, step_graph_from_joint(gm, *args),
+                         step_graph_from_joint(gm, *args, model_rewrites=("convolution_scratch",))))
+        return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+
+    for precision in (torch.bfloat16, torch.float32):
+        def loss(x, *params):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision is torch.bfloat16):
+                return torch.func.functional_call(model, dict(zip(names, params)), (x,)).float().sum()
+
+        step = aot_function(loss, lambda gm, _: make_boxed_func(gm), lambda gm, _: make_boxed_func(gm),
+                            partition_fn=capture)
+        run(step, model, torch.randn(512, 256))
+    products = (aten.mm.default, aten.addmm.default)
+    (reduced, graph, without), (full, full_graph, _) = captured
+    nodes = [n for n in reduced.graph.nodes if n.target in products]
+    assert len(nodes) >= 5 and all(n.meta["val"].dtype is torch.bfloat16 for n in nodes)
+    scratch._measured.cache_clear()
+    direct = {node.name: direct_scratch(node, channels_last=False) for node in nodes}
+    if not any(direct.values()):  # a CPU without oneDNN's bfloat16 path: its products allocate nothing more
+        pytest.skip("this CPU's bfloat16 matrix products allocate nothing beside their outputs")
+    for node in nodes:
+        assert graph.scratch[graph.index[node.name]] == direct[node.name]
+        assert without.scratch[without.index[node.name]] == 0
+    float_nodes = [n for n in full.graph.nodes if n.target in products]
+    assert len(float_nodes) == len(nodes) and not any(scratch.is_probed(n) for n in float_nodes)
+    assert all(full_graph.scratch[full_graph.index[n.name]] == 0 for n in float_nodes)
 
 
 def test_a_probe_measured_on_one_thread_count_never_answers_for_another():

@@ -67,6 +67,13 @@ REWRITES: tuple[Rewrite, ...] = (
             "torch/_inductor/lowering.py: _scaled_dot_product_flash_attention_for_cpu(_backward), extern "
             "fallbacks; ATen's native/cpu/FlashAttentionKernel.cpp", THROUGH_2_15,
             "tests/test_scratch.py::test_the_flash_attention_backwards_scratch_is_what_running_it_allocates"),
+    Rewrite("product_scratch",
+            "a matrix product in bfloat16 or float16 (mm, addmm, bmm, baddbmm: autocast's linear layers) packs its "
+            "operands into blocked buffers while it runs, measured by running it once; float32 packs outside the "
+            "allocator",
+            "torch/_inductor/kernel/mm.py, bmm.py: tuned_mm, tuned_addmm, tuned_bmm, tuned_baddbmm (extern ATen "
+            "kernels on the CPU); ATen's oneDNN matmul (native/mkldnn/Matmul.cpp)", THROUGH_2_15,
+            "tests/test_scratch.py::test_a_reduced_precision_products_scratch_is_what_running_it_allocates"),
     Rewrite("backward_addmm",
             "a backward add(mm(a, b), c) is one addmm that runs where the addition runs; of two products added, "
             "the second argument's is folded",

@@ -12,7 +12,12 @@ channels-last tensors with a 5x5 or 7x7 kernel allocates about
 flash attention (``_scaled_dot_product_flash_attention_for_cpu`` and its
 backward) allocates blocks of the attention matrix for each thread (65,664 B
 in the backward at ALBERT's benchmark shapes on two threads), so its figure
-follows ``torch.get_num_threads()``. Nothing models this; the kernel's own
+follows ``torch.get_num_threads()``. A matrix product in bfloat16 or float16
+(``mm``, ``addmm``, ``bmm``, ``baddbmm``: what ``torch.autocast`` makes of a
+linear layer) runs through oneDNN, which packs its operands into blocked
+buffers from the same allocator (370,304 B for a 512x256 by 256x682 bfloat16
+``mm``); in float32 the BLAS packs in memory of its own, and the allocator
+sees nothing, so only reduced-precision products are run. Nothing models this; the kernel's own
 allocations show it, so this module measures them.
 
 :func:`scratch_bytes` runs the node's operator once on tensors of its
@@ -55,7 +60,12 @@ __all__ = ["PROBE_LIMIT_BYTES", "PROBED", "probe_of", "scratch_bytes", "scratch_
 #: :data:`~reorder.inductor.rewrites.REWRITES` that switches it.
 PROBED = {"aten::convolution": "convolution_scratch", "aten::convolution_backward": "convolution_scratch",
           "aten::_scaled_dot_product_flash_attention_for_cpu": "attention_scratch",
-          "aten::_scaled_dot_product_flash_attention_for_cpu_backward": "attention_scratch"}
+          "aten::_scaled_dot_product_flash_attention_for_cpu_backward": "attention_scratch",
+          "aten::mm": "product_scratch", "aten::addmm": "product_scratch", "aten::bmm": "product_scratch",
+          "aten::baddbmm": "product_scratch"}
+
+#: The rewrite whose operators allocate scratch only in reduced precision: a float32 product counts 0 unrun.
+_REDUCED_PRECISION_ONLY = "product_scratch"
 
 #: Largest operands a probe allocates (inputs and outputs together); bigger nodes count 0.
 PROBE_LIMIT_BYTES = 1 << 30
@@ -65,7 +75,17 @@ def is_probed(node, model_rewrites: tuple[str, ...] | None = None) -> bool:
     """Whether ``node`` calls one of the :data:`PROBED` operators and its rewrite is on under ``model_rewrites``
     (``HookOptions.model_rewrites``; None: all)."""
     schema = getattr(getattr(node.target, "_schema", None), "name", None)
-    return node.op == "call_function" and schema in PROBED and applies(PROBED[schema], model_rewrites)
+    if node.op != "call_function" or schema not in PROBED or not applies(PROBED[schema], model_rewrites):
+        return False
+    return PROBED[schema] != _REDUCED_PRECISION_ONLY or _in_reduced_precision(node)
+
+
+def _in_reduced_precision(node) -> bool:
+    """Whether ``node``'s value is a tensor of a 16-bit floating dtype (a product's operands share its dtype)."""
+    import torch
+
+    val = node.meta.get("val")
+    return isinstance(val, torch.Tensor) and val.dtype in (torch.bfloat16, torch.float16)
 
 
 def scratch_bytes(node, channels_last: bool, channels_last_values: Container = frozenset(),
