@@ -81,10 +81,14 @@ class AllocationModel:
     generated kernel or a no-op on CPU; an extern kernel flushes it); None: every node frees its dead buffers
     right after it (Triton); ``writable[b]``: the buffers that node making buffer ``b`` may write ``b`` into, where
     Inductor has said so (its scheduler's ``NodeUser.can_inplace``: the kernel reads the buffer at the index it
-    writes, so a layout change rules it out; each fused member decides for its own outputs); None: any buffer a
+    writes, so a layout change rules it out; each fused member decides for its own outputs), in the order of
+    the member's reads: Inductor writes ``b`` into the first that dies there; None: any buffer a
     generated kernel reads; ``local``: buffers a
     fused kernel makes and uses up inside itself, which Inductor never allocates
-    (``Kernel.remove_kernel_local_buffers``); ``pooled_inputs``: donated inputs that die go into the reuse pool
+    (``Kernel.remove_kernel_local_buffers``), unless one is the first choice of an output it keeps, which is
+    written into it: then the local buffer is allocated all the same, and the output takes no dead buffer's
+    storage in place (the decoder's backward compiled per layer, at 0.4: a fused kernel's first member's output,
+    read only by the second, held 1,396,736 B the model said it reused); ``pooled_inputs``: donated inputs that die go into the reuse pool
     too. The generated code never pools them (its ``del`` of a graph input), but the step's programs, which rank
     partitions before Inductor lowers anything, rank with them pooled: ranked without it, ALBERT-MLM's step at
     0.974 chose a partition that measured 42.11 MB, above 1.0's 41.08 MB; the benchmark's rows are measured
@@ -102,7 +106,7 @@ class AllocationModel:
     scratch: tuple[int, ...] | None = None
     decided_by: Graph | None = None
     grouped: tuple[bool, ...] | None = None
-    writable: tuple[frozenset[int], ...] | None = None
+    writable: tuple[tuple[int, ...], ...] | None = None
     local: frozenset[int] = frozenset()
     pooled_inputs: bool = False
     reuse_key: tuple[tuple | None, ...] | None = None
@@ -120,7 +124,7 @@ class AllocationModel:
         graph = graph.with_free_inputs(free_inputs)
         during = tuple(w + (scratch[v] if scratch is not None else 0) for v, w in enumerate(graph.workspace))
         index = graph.buffer_index
-        into = None if writable is None else tuple(frozenset(index[x] for x in writable.get(name, ()) if x in index)
+        into = None if writable is None else tuple(tuple(index[x] for x in writable.get(name, ()) if x in index)
                                                    for name in graph.buffer_names)
         keys = None if reuse_keys is None else tuple(reuse_keys.get(name) for name in graph.buffer_names)
         return cls(graph, tuple(generated), storage_handed_on(graph, donated), during if any(during) else None,
@@ -181,7 +185,7 @@ class AllocationModel:
         """Per buffer, the bytes it allocates and frees once in-place writes and the reuse pool have handed
         storage from dead buffers to new ones (see the module docstring); ``life``: the lifetimes of ``order`` on
         :attr:`graph`; ``judged``: Inductor's estimate of it, on ``decided_by`` (:attr:`graph` when None)."""
-        graph, rules = self.graph, self._rules
+        graph, rules, local = self.graph, self._rules, self.local
         end = life.end
         estimated = list(judged.live[:graph.num_nodes])  # Inductor's estimate per step, with the reuses' holds
         judged_peak = judged.peak
@@ -196,9 +200,9 @@ class AllocationModel:
         for step, v in enumerate(order):
             for b, size, key, writes_into in rules.placed[v]:
                 taken = None
-                for x in writes_into:
+                for x in writes_into:  # the first that dies here; a local one is kept for it, allocated anew
                     if end[x] == step and not handed[x]:
-                        taken = x
+                        taken = None if x in local else x
                         break
                 waiting = pool.get(key) if taken is None else None
                 if waiting:
@@ -223,7 +227,7 @@ class AllocationModel:
         rules): two models with the same digest allocate the same for every order."""
         content = (self.graph.content_digest, self.decided_by.content_digest if self.decided_by is not None else None,
                    self.generated, self.reusable, self.scratch, self.grouped,
-                   None if self.writable is None else tuple(tuple(sorted(w)) for w in self.writable),
+                   self.writable,
                    tuple(sorted(self.local)), self.pooled_inputs, self.reuse_key)
         return hashlib.sha256(repr(content).encode()).hexdigest()
 
@@ -269,11 +273,13 @@ class AllocationModel:
                         or b in local):
                     continue
                 writes_into: tuple[int, ...] = ()
-                if self.generated[v]:  # a fused kernel's member may also write into an earlier member's output
-                    readable = graph.reads[v] if self.writable is None else \
-                        [x for x in (*graph.reads[v], *outputs[:k]) if x in self.writable[b]]
-                    writes_into = tuple(x for x in readable if reusable[x] and not graph.is_output[x]
-                                        and x not in local  # a local one has no storage
+                if self.generated[v] and self.writable is None:  # any buffer the kernel reads, but a local one
+                    writes_into = tuple(x for x in graph.reads[v] if reusable[x] and not graph.is_output[x]
+                                        and x not in local and 0.95 * graph.size_free[x] <= size <= graph.size_free[x])
+                elif self.generated[v]:  # a fused kernel's member may also write into an earlier member's output
+                    readable = {*graph.reads[v], *outputs[:k]}
+                    writes_into = tuple(x for x in self.writable[b] if x in readable and reusable[x]
+                                        and not graph.is_output[x]
                                         and 0.95 * graph.size_free[x] <= size <= graph.size_free[x])
                 mine.append((b, size, size if keys[b] is None else keys[b], writes_into))
             placed.append(tuple(mine))

@@ -57,7 +57,8 @@ EVALUATIONS = 2000
 #: only places that lower the count of groups are still counted. More counts gather more: on the backward of the
 #: decoder under autocast at 0.4, counting until no place lowers the count (28,000 counts) built 46 C++ kernels
 #: instead of 49, allocating no more by the model, but its step measured 20,452,236 B instead of 19,884,940 B (a
-#: model that then pooled storage by bytes, not by Inductor's reuse keys).
+#: model that then pooled storage by bytes, not by Inductor's reuse keys); with the keys, 30,000 counts built 45
+#: instead of 48 at the same real peak (docs/measured.md: "Gathering further").
 SOURCE_CHECKS = 5000
 
 

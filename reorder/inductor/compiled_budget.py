@@ -122,9 +122,10 @@ def generated_kernels(nodes: list) -> list[bool]:
     return [not isinstance(node, (ExternKernelSchedulerNode, NopKernelSchedulerNode)) for node in nodes]
 
 
-def in_place_inputs(nodes: list) -> dict[str, frozenset[str]]:
+def in_place_inputs(nodes: list) -> dict[str, tuple[str, ...]]:
     """Per output buffer of the scheduler ``nodes``: the buffers Inductor lets the kernel write it into once they
-    die there (``Scheduler.decide_inplace_update``, which decides for each fused member apart): a read of the
+    die there (``Scheduler.decide_inplace_update``, which decides for each fused member apart), in the order of
+    the member's reads, which Inductor tries in turn: a read of the
     member that makes it, which its scheduler marked ``can_inplace`` (the member reads the buffer at the index
     it writes), after which no other member reads it, one index for every access in the kernel, of a buffer not
     made by a no-op and not laid out as a multi-output kernel's, a mutation's or no storage. A member's read of
@@ -141,7 +142,7 @@ def in_place_inputs(nodes: list) -> dict[str, frozenset[str]]:
     for node in nodes:
         members = {id(member) for member in node.get_nodes()} | {id(node)}
         for member in node.get_nodes():
-            names = set()
+            names: dict[str, None] = {}  # in the member's order of reads
             for dep in member.read_writes.reads:
                 buf = scheduler.name_to_donated_buffer.get(dep.name) or scheduler.name_to_buf.get(dep.name)
                 if (buf is None or buf.node is None or dep.name in never
@@ -154,9 +155,9 @@ def in_place_inputs(nodes: list) -> dict[str, frozenset[str]]:
                 if (len(accesses) <= 1  # one index in the whole kernel
                         and any(user.node is member and user.can_inplace for user in here)
                         and all(user.node is member or user.node.get_name() in member.ancestors for user in here)):
-                    names.add(dep.name)  # its last reader in this kernel, at the index it writes
+                    names[dep.name] = None  # its last reader in this kernel, at the index it writes
             for buf in member.get_outputs():  # of the output's dtype and size (``can_match_buffer_size``)
-                found[buf.get_name()] = frozenset(name for name in names
+                found[buf.get_name()] = tuple(name for name in names
                                                   if _matches(scheduler.name_to_donated_buffer.get(name)
                                                               or scheduler.name_to_buf[name], buf))
     return found
@@ -553,7 +554,10 @@ def model_of_nodes(session: Session | None, graph_name: str, nodes: list, graph:
         local = kernel_local_buffers(nodes) if applies("kernel_local_buffers", session.options.model_rewrites) \
             else frozenset()
         if applies("outer_loop_local_buffers", session.options.model_rewrites):
-            local |= outer_loop_local_buffers(nodes)
+            outer = outer_loop_local_buffers(nodes)  # removed before any member decides where it writes
+            local |= outer
+            if writable is not None:
+                writable = {name: tuple(x for x in into if x not in outer) for name, into in writable.items()}
         keys = reuse_keys(nodes) if applies("reuse_keys", session.options.model_rewrites) else None
         return compiled_model(session, graph_name, graph, generated_kernels(nodes), origin_names(nodes), decided_by,
                               grouped, writable, kernels, local, keys)

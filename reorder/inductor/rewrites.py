@@ -82,7 +82,8 @@ REWRITES: tuple[Rewrite, ...] = (
     Rewrite("in_place_reads",
             "a generated kernel writes its output into a buffer that dies there only where Inductor's scheduler "
             "marked the read can_inplace (read at the index it writes: not across a layout change) and the buffer "
-            "has the output's device and dtype and is at most 5% larger",
+            "has the output's device and dtype and is at most 5% larger; into the first such read of the member, "
+            "in its order of reads, which a local buffer then stays allocated for",
             "torch/_inductor/scheduler.py: SchedulerNode.can_inplace, BaseSchedulerNode.decide_inplace_update; "
             "codegen/wrapper.py: can_match_buffer_size",
             THROUGH_2_15, "tests/test_generated_code.py::test_the_replay_of_each_compiled_graph_is_the_allocators_"

@@ -17,8 +17,8 @@ follows ``torch.get_num_threads()``. A matrix product in bfloat16 or float16
 linear layer) runs through oneDNN, which packs its operands into blocked
 buffers from the same allocator (370,304 B for a 512x256 by 256x682 bfloat16
 ``mm``); in float32 the BLAS packs in memory of its own, and the allocator
-sees nothing, so only reduced-precision products are run. Nothing models this; the kernel's own
-allocations show it, so this module measures them.
+sees nothing, so only reduced-precision products are run. Nothing models
+this; the kernel's own allocations show it, so this module measures them.
 
 :func:`scratch_bytes` runs the node's operator once on tensors of its
 shapes and dtype, on its device, in the layout its program will hand it,
@@ -73,7 +73,7 @@ PROBE_LIMIT_BYTES = 1 << 30
 
 def is_probed(node, model_rewrites: tuple[str, ...] | None = None) -> bool:
     """Whether ``node`` calls one of the :data:`PROBED` operators and its rewrite is on under ``model_rewrites``
-    (``HookOptions.model_rewrites``; None: all)."""
+    (``HookOptions.model_rewrites``; None: all); a matrix product only in bfloat16 or float16."""
     schema = getattr(getattr(node.target, "_schema", None), "name", None)
     if node.op != "call_function" or schema not in PROBED or not applies(PROBED[schema], model_rewrites):
         return False
