@@ -88,8 +88,8 @@ class AllocationModel:
     (``Kernel.remove_kernel_local_buffers``), unless one is the first choice of an output it keeps, which is
     written into it: then the local buffer is allocated all the same, and the output takes no dead buffer's
     storage in place (the decoder's backward compiled per layer, at 0.4: a fused kernel's first member's output,
-    read only by the second, held 1,396,736 B the model said it reused); ``pooled_inputs``: donated inputs that die go into the reuse pool
-    too. The generated code never pools them (its ``del`` of a graph input), but the step's programs, which rank
+    read only by the second, held 1,396,736 B the model said it reused); ``pooled_inputs``: donated inputs that
+    die go into the reuse pool too. The generated code never pools them (its ``del`` of a graph input), but the step's programs, which rank
     partitions before Inductor lowers anything, rank with them pooled: ranked without it, ALBERT-MLM's step at
     0.974 chose a partition that measured 42.11 MB, above 1.0's 41.08 MB; the benchmark's rows are measured
     with it. ``reuse_key[b]``: what the wrapper pools buffer ``b``'s storage by, where Inductor has said so
@@ -273,13 +273,13 @@ class AllocationModel:
                         or b in local):
                     continue
                 writes_into: tuple[int, ...] = ()
-                if self.generated[v] and self.writable is None:  # any buffer the kernel reads, but a local one
-                    writes_into = tuple(x for x in graph.reads[v] if reusable[x] and not graph.is_output[x]
-                                        and x not in local and 0.95 * graph.size_free[x] <= size <= graph.size_free[x])
-                elif self.generated[v]:  # a fused kernel's member may also write into an earlier member's output
-                    readable = {*graph.reads[v], *outputs[:k]}
-                    writes_into = tuple(x for x in self.writable[b] if x in readable and reusable[x]
-                                        and not graph.is_output[x]
+                if self.generated[v]:
+                    if self.writable is None:  # any buffer the kernel reads, but a local one (it has no storage)
+                        choices = [x for x in graph.reads[v] if x not in local]
+                    else:  # Inductor's, in its order; a member may write into an earlier member's output
+                        readable = {*graph.reads[v], *outputs[:k]}
+                        choices = [x for x in self.writable[b] if x in readable]
+                    writes_into = tuple(x for x in choices if reusable[x] and not graph.is_output[x]
                                         and 0.95 * graph.size_free[x] <= size <= graph.size_free[x])
                 mine.append((b, size, size if keys[b] is None else keys[b], writes_into))
             placed.append(tuple(mine))
