@@ -60,7 +60,7 @@ from typing import Collection, Iterable, Mapping, NamedTuple, Sequence
 
 from ..graph import Graph
 from ..sweep import live_bytes, peak_of
-from ..timeline import Lifetimes, Timeline, estimate_peak_memory, lifetimes, lifetimes_rebuilt, timeline_of
+from ..timeline import Lifetimes, estimate_peak_memory, lifetimes, lifetimes_rebuilt, timeline_of
 
 __all__ = ["AllocationModel", "KernelSources", "SourcesWithInsertion", "kernel_count", "release_steps",
            "storage_handed_on"]
@@ -97,7 +97,15 @@ class AllocationModel:
     only to a buffer of the same key); None (or a None entry): its bytes alone, among the buffers without a key.
     Under ``torch.autocast`` a bfloat16 buffer and a float32 one of as many bytes have two keys: pooled by their
     bytes, the backward of a decoder at 0.4 was modelled 1,095,680 B below what its code allocates, and with the
-    keys it is the code's peak to the byte.
+    keys it is the code's peak to the byte. ``view_of[b]``: the buffer whose storage buffer ``b`` is a view into,
+    where Inductor made it so (a ``cat`` on CPU is a ``ConcatKernel`` whose inputs are written straight into
+    slices of its output, ``NonOwningLayout``): the view allocates nothing, frees nothing, and neither takes nor
+    gives storage through the pool (the wrapper's ``# alias`` line, and a plain ``del``), while the storage it
+    views is allocated when its first view is made (``codegen_allocation`` of the viewed buffer) and freed when
+    the last of them dies. Inductor's estimate counts each view as a buffer of its own; the decoder's backward
+    under ``dynamic=True`` at 0.4, where every rotary embedding's ``cat`` makes two views, was modelled 262,144 B
+    above what its code allocates, and the reuses the model gave the views held storage in the estimate the
+    wrapper decides by, which refused a reuse the code took.
     """
 
     graph: Graph
@@ -110,26 +118,32 @@ class AllocationModel:
     local: frozenset[int] = frozenset()
     pooled_inputs: bool = False
     reuse_key: tuple[tuple | None, ...] | None = None
+    view_of: tuple[int | None, ...] | None = None
+    hinted: AllocationModel | None = None
 
     @classmethod
     def build(cls, graph: Graph, generated: Sequence[bool], donated: Collection[str] = frozenset(),
               scratch: Sequence[int] | None = None, decided_by: Graph | None = None,
               grouped: Sequence[bool] | None = None, free_inputs: Collection[str] = frozenset(),
               writable: Mapping[str, Collection[str]] | None = None, local: Collection[str] = (),
-              pooled_inputs: bool = False, reuse_keys: Mapping[str, tuple] | None = None) -> AllocationModel:
+              pooled_inputs: bool = False, reuse_keys: Mapping[str, tuple] | None = None,
+              views: Mapping[str, str] | None = None) -> AllocationModel:
         """The model of ``graph`` with the inputs named in ``free_inputs`` at zero bytes (they live before the
         program and after it), the inputs named in ``donated`` free to hand on their storage once they die, each
-        node's workspace added to its ``scratch``, and ``writable``, ``local`` and ``reuse_keys`` given by buffer
-        names."""
+        node's workspace added to its ``scratch``, and ``writable``, ``local``, ``reuse_keys`` and ``views`` (view
+        -> the buffer it views, :attr:`view_of`) given by buffer names."""
         graph = graph.with_free_inputs(free_inputs)
         during = tuple(w + (scratch[v] if scratch is not None else 0) for v, w in enumerate(graph.workspace))
         index = graph.buffer_index
         into = None if writable is None else tuple(tuple(index[x] for x in writable.get(name, ()) if x in index)
                                                    for name in graph.buffer_names)
         keys = None if reuse_keys is None else tuple(reuse_keys.get(name) for name in graph.buffer_names)
+        view_of = None
+        if views and any(name in index and views[name] in index for name in views):
+            view_of = tuple(index.get(views[name]) if name in views else None for name in graph.buffer_names)
         return cls(graph, tuple(generated), storage_handed_on(graph, donated), during if any(during) else None,
                    decided_by, tuple(grouped) if grouped is not None else None, into,
-                   frozenset(index[b] for b in local if b in index), pooled_inputs, keys)
+                   frozenset(index[b] for b in local if b in index), pooled_inputs, keys, view_of)
 
     def at(self, point: Mapping[str, int]) -> AllocationModel:
         """This model with a symbolic graph's sizes at ``point`` (:meth:`~reorder.graph.Graph.at`); each kernel's
@@ -137,7 +151,8 @@ class AllocationModel:
         if not self.graph.is_symbolic:
             return self
         decided_by = self.decided_by.at(point) if self.decided_by is not None else None
-        return dataclasses.replace(self, graph=self.graph.at(point), decided_by=decided_by)
+        return dataclasses.replace(self, graph=self.graph.at(point), decided_by=decided_by,
+                                   hinted=self.hinted or self)
 
     def peak(self, order: Sequence[int], check: bool = True) -> int:
         """The peak bytes the generated code allocates when it runs ``order`` (``check=False``: trust that it is
@@ -166,39 +181,77 @@ class AllocationModel:
 
     def live(self, order: Sequence[int], check: bool = True) -> tuple[list[int], list[int]]:
         """Per step of ``order`` (and one after the last): the bytes allocated, and the bytes held only while the
-        step runs (its kernel's scratch)."""
+        step runs (its kernel's scratch). At a point of a symbolic graph's sizes (:meth:`at`), storage is handed
+        on as the model at the size hints decides: Inductor decides its in-place writes and reuses once, at the
+        hints, and its code makes them at every size."""
         life = lifetimes(self.graph, order, check)
-        if self.decided_by is None:
-            judged = timeline_of(self.graph, life)
+        released = release_steps(order, self.grouped)
+        if self.hinted is None:
+            handed, start, end = self._handed_on(order, life, released, check)
+        else:
+            handed, start, end = self.hinted._handed_on_again(order, life, released)
+        rules, is_output = self._rules, self.graph.is_output
+        allocates, frees = list(rules.allocates), list(rules.frees)
+        for b, taken in handed:  # b lives in taken's storage: nothing allocated, freed when b dies
+            allocates[b] = 0
+            frees[b] = 0 if is_output[b] else frees[taken]
+            frees[taken] = 0
+        live = live_bytes(self.graph.num_nodes + 1, _changes(start, end, released, allocates, frees))
+        during = [self.scratch[v] for v in order] + [0] if self.scratch is not None else None
+        return live, during
+
+    def _handed_on_again(self, order: Sequence[int], life: Lifetimes, released: Sequence[int]
+                         ) -> tuple[list[tuple[int, int]], Sequence[int], Sequence[int | None]]:
+        """:meth:`_handed_on`, kept for the last order asked: the models at a symbolic graph's points ask their
+        model at the hints for one order after another."""
+        key, last = self._last_handed_on
+        if key != tuple(order):
+            last = self._handed_on(order, life, released, False)
+            self._last_handed_on[:] = [tuple(order), last]
+        return last
+
+    @cached_property
+    def _last_handed_on(self) -> list:
+        return [None, None]
+
+    def _handed_on(self, order: Sequence[int], life: Lifetimes, released: Sequence[int], check: bool
+                   ) -> tuple[list[tuple[int, int]], Sequence[int], Sequence[int | None]]:
+        """Which dead buffers' storage in-place writes and the reuse pool hand to which new buffers (see the
+        module docstring): the pairs (new buffer, the dead one whose storage it takes) in the order they are
+        decided, and per buffer the steps its storage is allocated and dies at (its lifetime's, but for storage
+        that views are made into: :attr:`view_of`); ``life``: the lifetimes of ``order`` on :attr:`graph`."""
+        graph, rules, local = self.graph, self._rules, self.local
+        if self.decided_by is None:  # Inductor's estimate, which the wrapper decides its reuses by
+            judged = timeline_of(graph, life)
         elif self._lifetime_source is None:
             judged = estimate_peak_memory(self.decided_by, order, check)
         else:
             judged = timeline_of(self.decided_by, lifetimes_rebuilt(self.decided_by, life, self._lifetime_source))
-        released = release_steps(order, self.grouped)
-        allocates, frees = self._handed_on(order, life, judged, released)
-        live = live_bytes(self.graph.num_nodes + 1, _changes(life, released, allocates, frees))
-        during = [self.scratch[v] for v in order] + [0] if self.scratch is not None else None
-        return live, during
-
-    def _handed_on(self, order: Sequence[int], life: Lifetimes, judged: Timeline,
-                   released: Sequence[int]) -> tuple[list[int], list[int]]:
-        """Per buffer, the bytes it allocates and frees once in-place writes and the reuse pool have handed
-        storage from dead buffers to new ones (see the module docstring); ``life``: the lifetimes of ``order`` on
-        :attr:`graph`; ``judged``: Inductor's estimate of it, on ``decided_by`` (:attr:`graph` when None)."""
-        graph, rules, local = self.graph, self._rules, self.local
         end = life.end
+        start, ends, early = life.start, end, {}
+        if rules.viewed:  # storage viewed into is allocated with its first view, freed with its last
+            start, ends = list(start), list(end)
+            for t, (views, entry) in rules.viewed.items():
+                first = min(start[t], *(start[x] for x in views))
+                if first < start[t]:
+                    start[t] = first
+                    if entry is not None:  # it takes storage where it is allocated
+                        early.setdefault(first, []).append(entry)
+                ends[t] = None if any(end[x] is None for x in (t, *views)) else max(end[x] for x in (t, *views))
         estimated = list(judged.live[:graph.num_nodes])  # Inductor's estimate per step, with the reuses' holds
         judged_peak = judged.peak
-        allocates, frees = list(rules.allocates), list(rules.frees)
+        pairs: list[tuple[int, int]] = []
         handed = [False] * graph.num_buffers  # its storage went on to another buffer
         pool: dict[int, list[int]] = {}  # storage size -> buffers that died, most recent last
         dying: list[list[int]] = [[] for _ in range(graph.num_nodes)]
         for b in rules.pooled:
             if end[b] is not None:
                 dying[released[end[b]]].append(b)
-        pooled_by, is_output = rules.pooled_by, graph.is_output
+        pooled_by = rules.pooled_by
         for step, v in enumerate(order):
-            for b, size, key, writes_into in rules.placed[v]:
+            for b, size, key, writes_into in chain(early.get(step, ()), rules.placed[v]) if early else rules.placed[v]:
+                if start[b] != step:
+                    continue  # allocated earlier, with a view into it
                 taken = None
                 for x in writes_into:  # the first that dies here; a local one is kept for it, allocated anew
                     if end[x] == step and not handed[x]:
@@ -211,15 +264,13 @@ class AllocationModel:
                         taken = waiting.pop()
                         for t in range(first_held, step):
                             estimated[t] += size
-                if taken is not None:  # b lives in taken's storage: nothing allocated, freed when b dies
+                if taken is not None:
                     handed[taken] = True
-                    allocates[b] = 0
-                    frees[b] = 0 if is_output[b] else frees[taken]
-                    frees[taken] = 0
+                    pairs.append((b, taken))
             for x in dying[step]:
                 if not handed[x]:
                     pool.setdefault(pooled_by[x], []).append(x)
-        return allocates, frees
+        return pairs, start, ends
 
     @cached_property
     def content_digest(self) -> str:
@@ -228,7 +279,8 @@ class AllocationModel:
         content = (self.graph.content_digest, self.decided_by.content_digest if self.decided_by is not None else None,
                    self.generated, self.reusable, self.scratch, self.grouped,
                    self.writable,
-                   tuple(sorted(self.local)), self.pooled_inputs, self.reuse_key)
+                   tuple(sorted(self.local)), self.pooled_inputs, self.reuse_key, self.view_of,
+                   self.hinted.content_digest if self.hinted is not None else None)
         return hashlib.sha256(repr(content).encode()).hexdigest()
 
     @cached_property
@@ -257,8 +309,10 @@ class AllocationModel:
     @cached_property
     def _rules(self) -> _Rules:
         """What :meth:`_handed_on` needs that no order changes, worked out once per model."""
-        graph, reusable, local = self.graph, self.reusable, self.local
+        graph, reusable = self.graph, self.reusable
         keys = self.reuse_key or (None,) * graph.num_buffers
+        view_of = self.view_of or (None,) * graph.num_buffers
+        local = self.local | {b for b, viewed in enumerate(view_of) if viewed is not None}  # no storage of its own
         allocates = tuple(0 if b in local else size for b, size in enumerate(graph.size_alloc))
         frees = tuple(0 if graph.is_output[b] or b in local else graph.size_free[b] for b in range(graph.num_buffers))
         pooled = tuple(b for b in range(graph.num_buffers)
@@ -284,21 +338,29 @@ class AllocationModel:
                 mine.append((b, size, size if keys[b] is None else keys[b], writes_into))
             placed.append(tuple(mine))
         pooled_by = tuple(graph.size_free[b] if keys[b] is None else keys[b] for b in range(graph.num_buffers))
-        return _Rules(allocates, frees, pooled, tuple(placed), pooled_by)
+        views_into: dict[int, list[int]] = {}
+        for b, viewed in enumerate(view_of):
+            if viewed is not None:
+                views_into.setdefault(viewed, []).append(b)
+        entry_of = {entry[0]: entry for entries in placed for entry in entries}
+        viewed = {t: (tuple(views), entry_of.get(t)) for t, views in views_into.items()}
+        return _Rules(allocates, frees, pooled, tuple(placed), pooled_by, viewed)
 
 
 class _Rules(NamedTuple):
     """An :class:`AllocationModel`'s rules as arrays: each buffer's bytes allocated and freed before any storage
     is handed on, the buffers that go into the reuse pool when they die, per node the outputs that may take a
     dead buffer's storage (its size, the key of the pool it takes from, and the buffers its kernel may write it
-    into in place, first choice first), and per buffer the key of the pool it goes into when it dies (its
-    :attr:`AllocationModel.reuse_key`, else the bytes it frees)."""
+    into in place, first choice first), per buffer the key of the pool it goes into when it dies (its
+    :attr:`AllocationModel.reuse_key`, else the bytes it frees), and per buffer that views are made into (its
+    :attr:`AllocationModel.view_of`) the views and its own entry among the placed ones (None: never placed)."""
 
     allocates: tuple[int, ...]
     frees: tuple[int, ...]
     pooled: tuple[int, ...]
     placed: tuple[tuple[tuple[int, int, object, tuple[int, ...]], ...], ...]
     pooled_by: tuple
+    viewed: dict[int, tuple[tuple[int, ...], tuple[int, int, object, tuple[int, ...]] | None]]
 
 
 def storage_handed_on(graph: Graph, donated: Collection[str] = frozenset()) -> tuple[bool, ...]:
@@ -310,12 +372,12 @@ def storage_handed_on(graph: Graph, donated: Collection[str] = frozenset()) -> t
                  (not graph.is_input[b] or graph.buffer_names[b] in donated) for b in range(graph.num_buffers))
 
 
-def _changes(life: Lifetimes, released: Sequence[int], allocates: Sequence[int],
+def _changes(start: Sequence[int], end: Sequence[int | None], released: Sequence[int], allocates: Sequence[int],
              frees: Sequence[int]) -> Iterable[tuple[int, int]]:
-    """The model's changes of allocated bytes: each buffer's allocation at its start, its free after the step
-    that releases its last reader's dead buffers."""
-    return chain(zip(life.start, allocates),
-                 ((released[end] + 1, -freed) for end, freed in zip(life.end, frees) if end is not None))
+    """The model's changes of allocated bytes: each buffer's allocation at its ``start``, its free after the
+    step that releases the dead buffers of its ``end``."""
+    return chain(zip(start, allocates),
+                 ((released[last] + 1, -freed) for last, freed in zip(end, frees) if last is not None))
 
 
 #: A kernel group in a string of :attr:`AllocationModel.kinds`: a run of grouped nodes with a generated kernel.

@@ -72,7 +72,7 @@ __all__ = ["RegionPlan", "backward_free_inputs", "budgeted", "check_generated", 
            "generated_kernels", "handed_channels_last", "in_place_inputs", "kernel_local_buffers", "kernel_scratch",
            "kernel_sources",
            "model_of_nodes", "note_model", "origin_names", "outer_loop_local_buffers", "owned_copies", "owned_inputs",
-           "reuse_keys",
+           "reuse_keys", "storage_views",
            "partitioned", "region_of"]
 
 log = logging.getLogger("reorder")
@@ -189,6 +189,29 @@ def reuse_keys(nodes: list) -> dict[str, tuple[str, ...]]:
                 found[buf.get_name()] = tuple(str(part) for part in key_of(buf.node))
             except Exception:  # noqa: BLE001 - no key read: pooled by its bytes
                 continue
+    return found
+
+
+def storage_views(nodes: list) -> dict[str, str]:
+    """The outputs of the scheduler ``nodes`` that are views into another buffer's storage, each with that
+    buffer: on the CPU a ``cat`` is a ``ConcatKernel`` whose inputs, where they can, are computed straight into
+    slices of its output (``ConcatKernel.realize_into``, ``NonOwningLayout``). The wrapper allocates the viewed
+    buffer when the first view is made and writes each view as an ``# alias`` of it (``codegen_allocation``); a
+    view is never pooled (``FreeIfNotReusedLine.plan``) and takes nothing in place
+    (``decide_inplace_update``). A view of a view is one of the storage beneath."""
+    from torch._inductor import ir
+
+    found: dict[str, str] = {}
+    for node in nodes:
+        for buf in node.get_outputs():
+            layout = buf.node.get_output_spec() if buf.node is not None else None
+            if isinstance(layout, ir.NonOwningLayout):
+                found[buf.get_name()] = layout.view.get_name()
+    for name in found:
+        seen = {name}
+        while found[name] in found and found[name] not in seen:
+            seen.add(found[name])
+            found[name] = found[found[name]]
     return found
 
 
@@ -344,15 +367,16 @@ def compiled_model(session: Session | None, graph_name: str, graph: Graph, gener
                    origins: Sequence[frozenset[str]] = (), decided_by: Graph | None = None,
                    grouped: Sequence[bool] | None = None, writable: Mapping[str, Collection[str]] | None = None,
                    kernels: Mapping[str, int] | None = None, local: Collection[str] = (),
-                   reuse_keys: Mapping[str, tuple] | None = None) -> AllocationModel | None:
+                   reuse_keys: Mapping[str, tuple] | None = None,
+                   views: Mapping[str, str] | None = None) -> AllocationModel | None:
     """What the generated code of ``graph_name`` will allocate for any order of ``graph``'s nodes, if it is the
     forward or backward of a budgeted region (see the module docstring), else None: the region's free inputs at
     zero bytes, a backward's donated saved values free to hand on their storage, each extern kernel's scratch as
     the partitioner's probe measured it for the fx nodes it was lowered from (``origins``, per node), or as
     ``kernels`` gives it by those names (:func:`kernel_scratch`).
-    ``generated``, ``decided_by``, ``grouped``, ``writable``, ``local`` and ``reuse_keys``: as in
+    ``generated``, ``decided_by``, ``grouped``, ``writable``, ``local``, ``reuse_keys`` and ``views``: as in
     :class:`~reorder.budget.allocation_model.AllocationModel` (:func:`generated_kernels`, :func:`kernel_groups`,
-    :func:`in_place_inputs`, :func:`kernel_local_buffers`, :func:`reuse_keys`)."""
+    :func:`in_place_inputs`, :func:`kernel_local_buffers`, :func:`reuse_keys`, :func:`storage_views`)."""
     planned = _planned_graph(session, graph_name)
     if planned is None:
         return None
@@ -363,7 +387,7 @@ def compiled_model(session: Session | None, graph_name: str, graph: Graph, gener
     donated = plan.donated_inputs if kind == "backward" else frozenset()
     free = backward_free_inputs(plan) if kind == "backward" else plan.free_inputs
     return AllocationModel.build(graph, generated, donated, scratch, decided_by, grouped, free, writable, local,
-                                 reuse_keys=reuse_keys)
+                                 reuse_keys=reuse_keys, views=views)
 
 
 def kernel_scratch(plan: RegionPlan, kind: str, kernels: Sequence) -> dict[str, int]:
@@ -559,8 +583,9 @@ def model_of_nodes(session: Session | None, graph_name: str, nodes: list, graph:
             if writable is not None:
                 writable = {name: tuple(x for x in into if x not in outer) for name, into in writable.items()}
         keys = reuse_keys(nodes) if applies("reuse_keys", session.options.model_rewrites) else None
+        views = storage_views(nodes) if applies("concat_views", session.options.model_rewrites) else None
         return compiled_model(session, graph_name, graph, generated_kernels(nodes), origin_names(nodes), decided_by,
-                              grouped, writable, kernels, local, keys)
+                              grouped, writable, kernels, local, keys, views)
     except Exception as exc:  # noqa: BLE001 - the user's compile must go on
         log.warning("reorder: could not model the compiled %s for its memory budget: %s: %s", graph_name,
                     type(exc).__name__, exc)

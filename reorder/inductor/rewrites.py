@@ -95,6 +95,15 @@ REWRITES: tuple[Rewrite, ...] = (
             "torch/_inductor/codegen/wrapper.py: buffer_reuse_key, AllocateLine.plan",
             THROUGH_2_15, "tests/test_wild.py::test_under_autocast_the_model_of_the_compiled_code_pools_storage_by_"
                           "inductors_reuse_key (a decoder's bfloat16 and float32 buffers of as many bytes)"),
+    Rewrite("concat_views",
+            "on the CPU, a cat's inputs are computed straight into slices of its output where they can: each is a "
+            "view that allocates nothing and takes or gives no storage through the pool, and the output is "
+            "allocated when its first view is made, though Inductor's estimate counts every view as a buffer",
+            "torch/_inductor/lowering.py: cat (a ConcatKernel on the CPU); ir.py: ConcatKernel.realize_into, "
+            "NonOwningLayout; codegen/wrapper.py: codegen_allocation (ReinterpretLine), FreeIfNotReusedLine.plan",
+            THROUGH_2_15, "tests/test_compiled_budget.py::test_a_cats_views_are_the_aliases_the_generated_code_writes "
+                          "(the views read from the scheduler are the wrapper's # alias lines; the model of the "
+                          "code with them is its peak)"),
     Rewrite("kernel_local_buffers",
             "a buffer a fused kernel makes and uses up inside itself (no reader elsewhere, not an output) is never "
             "allocated, though Inductor's estimate counts it",
