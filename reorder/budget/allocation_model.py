@@ -89,12 +89,13 @@ class AllocationModel:
     written into it: then the local buffer is allocated all the same, and the output takes no dead buffer's
     storage in place (the decoder's backward compiled per layer, at 0.4: a fused kernel's first member's output,
     read only by the second, held 1,396,736 B the model said it reused); ``pooled_inputs``: donated inputs that
-    die go into the reuse pool too. The generated code never pools them (its ``del`` of a graph input), but the step's programs, which rank
-    partitions before Inductor lowers anything, rank with them pooled: ranked without it, ALBERT-MLM's step at
-    0.974 chose a partition that measured 42.11 MB, above 1.0's 41.08 MB; the benchmark's rows are measured
-    with it. ``reuse_key[b]``: what the wrapper pools buffer ``b``'s storage by, where Inductor has said so
-    (``buffer_reuse_key``: its device, dtype, storage size, alignment and stream; a dead buffer's storage goes
-    only to a buffer of the same key); None (or a None entry): its bytes alone, among the buffers without a key.
+    die go into the reuse pool too. The generated code never pools them (its ``del`` of a graph input), but the
+    step's programs, which rank partitions before Inductor lowers anything, rank with them pooled: ranked
+    without it, ALBERT-MLM's step at 0.974 chose a partition that measured 42.11 MB, above 1.0's 41.08 MB; the
+    benchmark's rows are measured with it. ``reuse_key[b]``: what the wrapper pools buffer ``b``'s storage by,
+    where Inductor has said so (``buffer_reuse_key``: its device, dtype, storage size, alignment and stream; a
+    dead buffer's storage goes only to a buffer of the same key); None (or a None entry): its bytes alone, among
+    the buffers without a key.
     Under ``torch.autocast`` a bfloat16 buffer and a float32 one of as many bytes have two keys: pooled by their
     bytes, the backward of a decoder at 0.4 was modelled 1,095,680 B below what its code allocates, and with the
     keys it is the code's peak to the byte. ``view_of[b]``: the buffer whose storage buffer ``b`` is a view into,
@@ -204,11 +205,10 @@ class AllocationModel:
                          ) -> tuple[list[tuple[int, int]], Sequence[int], Sequence[int | None]]:
         """:meth:`_handed_on`, kept for the last order asked: the models at a symbolic graph's points ask their
         model at the hints for one order after another."""
-        key, last = self._last_handed_on
-        if key != tuple(order):
-            last = self._handed_on(order, life, released, False)
-            self._last_handed_on[:] = [tuple(order), last]
-        return last
+        key = tuple(order)
+        if self._last_handed_on[0] != key:
+            self._last_handed_on[:] = [key, self._handed_on(order, life, released, False)]
+        return self._last_handed_on[1]
 
     @cached_property
     def _last_handed_on(self) -> list:
