@@ -812,7 +812,8 @@ def test_an_addition_of_two_products_folds_the_product_inductor_folds():
 
 def test_the_rewrites_are_one_ordered_list_each_naming_its_source_and_releases():
     assert MIRRORED == ("layout_optimisation", "layout_copies", "convolution_scratch", "attention_scratch",
-                        "product_scratch", "backward_addmm", "in_place_reads", "reuse_keys", "concat_views",
+                        "product_scratch", "backward_addmm", "in_place_reads", "reuse_keys", "unaligned_in_place",
+                        "concat_views",
                         "kernel_local_buffers", "outer_loop_local_buffers", "kernel_groups")
     assert all(r.mirrors.startswith("torch/") and r.releases and r.tested_by.startswith("tests/") for r in REWRITES)
     # each rule names the supported releases it holds for (its test runs on each in CI) and is on only there

@@ -657,6 +657,99 @@ def test_a_cats_views_are_the_aliases_the_generated_code_writes(fresh_compiles):
     assert plan.modelled == plan.peaks and partition.modelled_peak == partition.compiled_peak is not None
 
 
+def test_an_output_written_in_place_into_an_unaligned_input_is_pooled_apart_from_aligned_buffers():
+    """``saved`` (a donated saved value, unaligned as every graph input is on the CPU) dies at ``a``, which writes
+    into it in place; ``a2`` writes into ``a`` in place in turn and dies at ``b``. ``d`` (as many bytes, of the same
+    aligned key) comes after ``c``, an extern kernel with 3,000 B of scratch. Aligned, ``a2``'s storage would be
+    held through ``c`` for ``d`` (b, c, the held 400 B and the scratch: 3,600 B), the hold staying under the
+    estimate's peak at ``e``; the in-place writes made ``a`` and then ``a2`` unaligned, so ``a2`` is pooled by the
+    unaligned key, its storage freed after ``b``, and ``d`` allocates its own (3,200 B at ``c``). ``x`` is another
+    input, never freed, that ``a`` also reads."""
+    g = build_graph(
+        [NodeSpec("a", [BufferSpec("a", 400)], reads=["saved", "x"]),
+         NodeSpec("a2", [BufferSpec("a2", 400)], reads=["a"]),
+         NodeSpec("b", [BufferSpec("b", 100)], reads=["a2"]),
+         NodeSpec("c", [BufferSpec("c", 100)], reads=["b"]),
+         NodeSpec("d", [BufferSpec("d", 400)], reads=["c"]),
+         NodeSpec("e", [BufferSpec("e", 2000)], reads=["d"])],
+        [InputSpec("saved", 400), InputSpec("x", 100, freeable=False)], ["e"])
+    generated, scratch, order = [True, True, False, False, False, False], [0, 0, 0, 3000, 0, 0], list(range(6))
+    keys = {name: ("cpu", "torch.float32", "100", "True") for name in ("a", "a2", "d")}
+    unaligned_keys = {name: ("cpu", "torch.float32", "100", "False") for name in ("a", "a2", "d")}
+
+    def model(unaligned=(), unaligned_keys=None):
+        return AllocationModel.build(g, generated, frozenset({"saved"}), scratch, reuse_keys=keys,
+                                     unaligned=unaligned, unaligned_keys=unaligned_keys)
+
+    assert model().reuses(order) == {"a": "saved", "a2": "a", "d": "a2"}
+    assert model().peak(order) == 3600
+    pooled_apart = model({"saved", "x"}, unaligned_keys)
+    assert pooled_apart.reuses(order) == {"a": "saved", "a2": "a"}
+    assert pooled_apart.peak(order) == 3200
+    assert model({"x"}, unaligned_keys).peak(order) == 3600  # written into an aligned input: aligned still
+
+
+class SiLUBlocks(torch.nn.Module):
+    """Three linear layers, each with a SiLU after it, then a layer norm: the backward computes each SiLU's
+    gradient straight into the saved linear output it reads (a donated graph input, so unaligned on the CPU)."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.Sequential(*(torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.SiLU())
+                                            for _ in range(3)))
+        self.norm = torch.nn.LayerNorm(256)
+
+    def forward(self, x):
+        return self.norm(self.blocks(x))
+
+
+@pytest.mark.slow
+def test_an_output_written_into_an_unaligned_input_is_unaligned_as_inductors_code_generation_makes_it(
+        fresh_compiles):
+    """The storage the model of each compiled graph says its code hands on (in place and through the reuse pool),
+    for the order the graph runs in, is what the wrapper's reuse lines hand on. In the backward one kernel writes
+    its output into a saved value in place; the model that took that output as aligned gave its storage to a later
+    buffer of its size, which the code allocates anew."""
+    import reorder.inductor.compiled_budget as compiled_budget
+    import reorder.inductor.reorder_pass as reorder_pass
+    from reorder import inductor as hook
+    from reorder.inductor import codegen_hook
+
+    models, orders, reused = {}, {}, {}
+    model_of_nodes_before, reorder_before = reorder_pass.model_of_nodes, reorder_pass.ReorderPass._reorder
+    check_before = compiled_budget.check_generated
+
+    def modelling(session, name, nodes, *args):
+        models[name] = model_of_nodes_before(session, name, nodes, *args)
+        return models[name]
+
+    def ordering(self, nodes, name, session):
+        record, orders[name] = reorder_before(self, nodes, name, session)
+        return record, orders[name]
+
+    def checking(session, name, code):
+        reused[name] = {event.name: event.reused for event in code.events if event.kind == "reuse"}
+        return check_before(session, name, code)
+
+    torch.manual_seed(0)
+    module, x = SiLUBlocks(), torch.randn(64, 256, requires_grad=True)
+    with patch.object(reorder_pass, "model_of_nodes", modelling), \
+            patch.object(reorder_pass.ReorderPass, "_reorder", ordering), \
+            patch.object(compiled_budget, "check_generated", checking), \
+            patch.object(codegen_hook, "check_generated", checking), hook.use(memory_budget=1.0):
+        torch.compile(module)(x).sum().backward()
+    assert len(models) == 2 and all(model is not None for model in models.values())
+    for name, model in models.items():
+        assert model.reuses(orders[name]) == reused[name], name
+    backward = next(name for name in models if region_of(name)[1] == "backward")
+    model, order = models[backward], orders[backward]
+    graph = model.graph
+    into_inputs = {b: x for b, x in reused[backward].items() if graph.is_input[graph.buffer_index[x]]}
+    assert into_inputs, "no output written into a saved value here: the test tests nothing"
+    as_aligned = dataclasses.replace(model, unaligned=frozenset(), unaligned_key=None)
+    assert as_aligned.reuses(order) != reused[backward]
+
+
 @pytest.mark.slow
 def test_a_kernel_fused_at_its_outer_loops_allocates_no_local_buffer(fresh_compiles):
     """Inductor's C++ backend fuses a softmax's loops at the row and keeps the exponentials in a row-sized local

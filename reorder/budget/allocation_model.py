@@ -106,7 +106,13 @@ class AllocationModel:
     the last of them dies. Inductor's estimate counts each view as a buffer of its own; the decoder's backward
     under ``dynamic=True`` at 0.4, where every rotary embedding's ``cat`` makes two views, was modelled 262,144 B
     above what its code allocates, and the reuses the model gave the views held storage in the estimate the
-    wrapper decides by, which refused a reuse the code took.
+    wrapper decides by, which refused a reuse the code took. ``unaligned``: the buffers Inductor takes as not
+    aligned (``V.graph.unaligned_buffers``: on the CPU every graph input), and ``unaligned_key[b]``: what buffer
+    ``b`` is pooled by once it is unaligned too, as it is when its kernel writes it in place into an unaligned
+    buffer (``Kernel.args.make_inplace`` adds it to the set while the code is generated, after the keys are read
+    here, and the key holds the flag). A backward that writes an output into a donated saved value pools that
+    output apart from the aligned buffers of its size, which never take its storage: ALBERT-MLM's backward at
+    1.0 allocated 256 B more than the model without it said on one order.
     """
 
     graph: Graph
@@ -121,6 +127,8 @@ class AllocationModel:
     reuse_key: tuple[tuple | None, ...] | None = None
     view_of: tuple[int | None, ...] | None = None
     hinted: AllocationModel | None = None
+    unaligned: frozenset[int] = frozenset()
+    unaligned_key: tuple[tuple | None, ...] | None = None
 
     @classmethod
     def build(cls, graph: Graph, generated: Sequence[bool], donated: Collection[str] = frozenset(),
@@ -128,23 +136,28 @@ class AllocationModel:
               grouped: Sequence[bool] | None = None, free_inputs: Collection[str] = frozenset(),
               writable: Mapping[str, Collection[str]] | None = None, local: Collection[str] = (),
               pooled_inputs: bool = False, reuse_keys: Mapping[str, tuple] | None = None,
-              views: Mapping[str, str] | None = None) -> AllocationModel:
+              views: Mapping[str, str] | None = None, unaligned: Collection[str] = (),
+              unaligned_keys: Mapping[str, tuple] | None = None) -> AllocationModel:
         """The model of ``graph`` with the inputs named in ``free_inputs`` at zero bytes (they live before the
         program and after it), the inputs named in ``donated`` free to hand on their storage once they die, each
-        node's workspace added to its ``scratch``, and ``writable``, ``local``, ``reuse_keys`` and ``views`` (view
-        -> the buffer it views, :attr:`view_of`) given by buffer names."""
+        node's workspace added to its ``scratch``, and ``writable``, ``local``, ``reuse_keys``, ``views`` (view
+        -> the buffer it views, :attr:`view_of`), ``unaligned`` and ``unaligned_keys`` (:attr:`unaligned_key`)
+        given by buffer names."""
         graph = graph.with_free_inputs(free_inputs)
         during = tuple(w + (scratch[v] if scratch is not None else 0) for v, w in enumerate(graph.workspace))
         index = graph.buffer_index
         into = None if writable is None else tuple(tuple(index[x] for x in writable.get(name, ()) if x in index)
                                                    for name in graph.buffer_names)
         keys = None if reuse_keys is None else tuple(reuse_keys.get(name) for name in graph.buffer_names)
+        keys_unaligned = None if unaligned_keys is None else tuple(unaligned_keys.get(name)
+                                                                   for name in graph.buffer_names)
         view_of = None
         if views and any(name in index and views[name] in index for name in views):
             view_of = tuple(index.get(views[name]) if name in views else None for name in graph.buffer_names)
         return cls(graph, tuple(generated), storage_handed_on(graph, donated), during if any(during) else None,
                    decided_by, tuple(grouped) if grouped is not None else None, into,
-                   frozenset(index[b] for b in local if b in index), pooled_inputs, keys, view_of)
+                   frozenset(index[b] for b in local if b in index), pooled_inputs, keys, view_of,
+                   unaligned=frozenset(index[b] for b in unaligned if b in index), unaligned_key=keys_unaligned)
 
     def at(self, point: Mapping[str, int]) -> AllocationModel:
         """This model with a symbolic graph's sizes at ``point`` (:meth:`~reorder.graph.Graph.at`); each kernel's
@@ -201,6 +214,19 @@ class AllocationModel:
         during = [self.scratch[v] for v in order] + [0] if self.scratch is not None else None
         return live, during
 
+    def reuses(self, order: Sequence[int]) -> dict[str, str]:
+        """The storage the generated code of ``order`` hands on: each buffer that lives in a dead buffer's storage
+        (its kernel writes it there in place, or the reuse pool gives it), with that buffer, by name, as the
+        wrapper's reuse lines name them (``ReuseLine``)."""
+        life = lifetimes(self.graph, order)
+        released = release_steps(order, self.grouped)
+        if self.hinted is None:
+            handed = self._handed_on(order, life, released, True)[0]
+        else:
+            handed = self.hinted._handed_on_again(order, life, released)[0]
+        names = self.graph.buffer_names
+        return {names[b]: names[taken] for b, taken in handed}
+
     def _handed_on_again(self, order: Sequence[int], life: Lifetimes, released: Sequence[int]
                          ) -> tuple[list[tuple[int, int]], Sequence[int], Sequence[int | None]]:
         """:meth:`_handed_on`, kept for the last order asked: the models at a symbolic graph's points ask their
@@ -247,7 +273,8 @@ class AllocationModel:
         for b in rules.pooled:
             if end[b] is not None:
                 dying[released[end[b]]].append(b)
-        pooled_by = rules.pooled_by
+        pooled_by, pooled_unaligned_by = rules.pooled_by, rules.pooled_unaligned_by
+        unaligned = set(self.unaligned) if pooled_unaligned_by is not None else None
         for step, v in enumerate(order):
             for b, size, key, writes_into in chain(early.get(step, ()), rules.placed[v]) if early else rules.placed[v]:
                 if start[b] != step:
@@ -257,6 +284,8 @@ class AllocationModel:
                     if end[x] == step and not handed[x]:
                         taken = None if x in local else x
                         break
+                if taken is not None and unaligned is not None and taken in unaligned:
+                    unaligned.add(b)  # written in place into unaligned storage: unaligned too
                 waiting = pool.get(key) if taken is None else None
                 if waiting:
                     first_held = released[end[waiting[-1]]] + 1  # steps first_held .. step - 1 would hold it
@@ -269,7 +298,8 @@ class AllocationModel:
                     pairs.append((b, taken))
             for x in dying[step]:
                 if not handed[x]:
-                    pool.setdefault(pooled_by[x], []).append(x)
+                    pool.setdefault(pooled_unaligned_by[x] if unaligned and x in unaligned else pooled_by[x],
+                                    []).append(x)
         return pairs, start, ends
 
     @cached_property
@@ -280,7 +310,8 @@ class AllocationModel:
                    self.generated, self.reusable, self.scratch, self.grouped,
                    self.writable,
                    tuple(sorted(self.local)), self.pooled_inputs, self.reuse_key, self.view_of,
-                   self.hinted.content_digest if self.hinted is not None else None)
+                   self.hinted.content_digest if self.hinted is not None else None,
+                   tuple(sorted(self.unaligned)), self.unaligned_key)
         return hashlib.sha256(repr(content).encode()).hexdigest()
 
     @cached_property
@@ -338,13 +369,16 @@ class AllocationModel:
                 mine.append((b, size, size if keys[b] is None else keys[b], writes_into))
             placed.append(tuple(mine))
         pooled_by = tuple(graph.size_free[b] if keys[b] is None else keys[b] for b in range(graph.num_buffers))
+        pooled_unaligned_by = None
+        if self.unaligned_key is not None:
+            pooled_unaligned_by = tuple(pooled_by[b] if key is None else key for b, key in enumerate(self.unaligned_key))
         views_into: dict[int, list[int]] = {}
         for b, viewed in enumerate(view_of):
             if viewed is not None:
                 views_into.setdefault(viewed, []).append(b)
         entry_of = {entry[0]: entry for entries in placed for entry in entries}
         viewed = {t: (tuple(views), entry_of.get(t)) for t, views in views_into.items()}
-        return _Rules(allocates, frees, pooled, tuple(placed), pooled_by, viewed)
+        return _Rules(allocates, frees, pooled, tuple(placed), pooled_by, pooled_unaligned_by, viewed)
 
 
 class _Rules(NamedTuple):
@@ -352,14 +386,16 @@ class _Rules(NamedTuple):
     is handed on, the buffers that go into the reuse pool when they die, per node the outputs that may take a
     dead buffer's storage (its size, the key of the pool it takes from, and the buffers its kernel may write it
     into in place, first choice first), per buffer the key of the pool it goes into when it dies (its
-    :attr:`AllocationModel.reuse_key`, else the bytes it frees), and per buffer that views are made into (its
-    :attr:`AllocationModel.view_of`) the views and its own entry among the placed ones (None: never placed)."""
+    :attr:`AllocationModel.reuse_key`, else the bytes it frees) and the key once an in-place write made it
+    unaligned (:attr:`AllocationModel.unaligned_key`; None without them), and per buffer that views are made into
+    (its :attr:`AllocationModel.view_of`) the views and its own entry among the placed ones (None: never placed)."""
 
     allocates: tuple[int, ...]
     frees: tuple[int, ...]
     pooled: tuple[int, ...]
     placed: tuple[tuple[tuple[int, int, object, tuple[int, ...]], ...], ...]
     pooled_by: tuple
+    pooled_unaligned_by: tuple | None
     viewed: dict[int, tuple[tuple[int, ...], tuple[int, int, object, tuple[int, ...]] | None]]
 
 

@@ -72,7 +72,7 @@ __all__ = ["RegionPlan", "backward_free_inputs", "budgeted", "check_generated", 
            "generated_kernels", "handed_channels_last", "in_place_inputs", "kernel_local_buffers", "kernel_scratch",
            "kernel_sources",
            "model_of_nodes", "note_model", "origin_names", "outer_loop_local_buffers", "owned_copies", "owned_inputs",
-           "reuse_keys", "storage_views",
+           "reuse_keys", "storage_views", "unaligned_reuse_keys",
            "partitioned", "region_of"]
 
 log = logging.getLogger("reorder")
@@ -190,6 +190,38 @@ def reuse_keys(nodes: list) -> dict[str, tuple[str, ...]]:
             except Exception:  # noqa: BLE001 - no key read: pooled by its bytes
                 continue
     return found
+
+
+def unaligned_reuse_keys(nodes: list) -> tuple[frozenset[str], dict[str, tuple[str, ...]]]:
+    """Inductor's alignment flag in the reuse key (``buffer_reuse_key``: the buffer is not in
+    ``V.graph.unaligned_buffers``): the buffers unaligned now (on the CPU every graph input:
+    ``should_assume_input_aligned``), and per output buffer of the scheduler ``nodes`` the key it pools its
+    storage by once it is unaligned as well. A kernel that writes an output in place into an unaligned buffer
+    makes that output unaligned (``Kernel.args.make_inplace``, while the code is generated); the wrapper plans its
+    reuses after that, so such an output goes into another pool than the aligned buffers of its size. Each key is
+    Inductor's own, read with the buffer's name put into the set for the call and taken out again. Nothing under
+    a torch without the set or the function."""
+    from torch._inductor.codegen import wrapper
+    from torch._inductor.virtualized import V
+
+    key_of = getattr(wrapper, "buffer_reuse_key", None)
+    unaligned = getattr(V.graph, "unaligned_buffers", None)
+    if key_of is None or unaligned is None:
+        return frozenset(), {}
+    found: dict[str, tuple[str, ...]] = {}
+    for node in nodes:
+        for buf in node.get_outputs():
+            name = buf.get_name()
+            if name in unaligned:
+                continue  # its key read already holds the flag
+            unaligned.add(name)
+            try:
+                found[name] = tuple(str(part) for part in key_of(buf.node))
+            except Exception:  # noqa: BLE001 - no key read: pooled as its aligned key says
+                continue
+            finally:
+                unaligned.discard(name)
+    return frozenset(unaligned), found
 
 
 def storage_views(nodes: list) -> dict[str, str]:
@@ -367,8 +399,8 @@ def compiled_model(session: Session | None, graph_name: str, graph: Graph, gener
                    origins: Sequence[frozenset[str]] = (), decided_by: Graph | None = None,
                    grouped: Sequence[bool] | None = None, writable: Mapping[str, Collection[str]] | None = None,
                    kernels: Mapping[str, int] | None = None, local: Collection[str] = (),
-                   reuse_keys: Mapping[str, tuple] | None = None,
-                   views: Mapping[str, str] | None = None) -> AllocationModel | None:
+                   reuse_keys: Mapping[str, tuple] | None = None, views: Mapping[str, str] | None = None,
+                   unaligned: tuple[Collection[str], Mapping[str, tuple]] | None = None) -> AllocationModel | None:
     """What the generated code of ``graph_name`` will allocate for any order of ``graph``'s nodes, if it is the
     forward or backward of a budgeted region (see the module docstring), else None: the region's free inputs at
     zero bytes, a backward's donated saved values free to hand on their storage, each extern kernel's scratch as
@@ -376,7 +408,8 @@ def compiled_model(session: Session | None, graph_name: str, graph: Graph, gener
     ``kernels`` gives it by those names (:func:`kernel_scratch`).
     ``generated``, ``decided_by``, ``grouped``, ``writable``, ``local``, ``reuse_keys`` and ``views``: as in
     :class:`~reorder.budget.allocation_model.AllocationModel` (:func:`generated_kernels`, :func:`kernel_groups`,
-    :func:`in_place_inputs`, :func:`kernel_local_buffers`, :func:`reuse_keys`, :func:`storage_views`)."""
+    :func:`in_place_inputs`, :func:`kernel_local_buffers`, :func:`reuse_keys`, :func:`storage_views`);
+    ``unaligned``: its ``unaligned`` and ``unaligned_keys`` (:func:`unaligned_reuse_keys`)."""
     planned = _planned_graph(session, graph_name)
     if planned is None:
         return None
@@ -386,8 +419,9 @@ def compiled_model(session: Session | None, graph_name: str, graph: Graph, gener
                for made, names in zip(generated, origins)] if origins else None
     donated = plan.donated_inputs if kind == "backward" else frozenset()
     free = backward_free_inputs(plan) if kind == "backward" else plan.free_inputs
+    names, keys = unaligned if unaligned is not None else ((), None)
     return AllocationModel.build(graph, generated, donated, scratch, decided_by, grouped, free, writable, local,
-                                 reuse_keys=reuse_keys, views=views)
+                                 reuse_keys=reuse_keys, views=views, unaligned=names, unaligned_keys=keys)
 
 
 def kernel_scratch(plan: RegionPlan, kind: str, kernels: Sequence) -> dict[str, int]:
@@ -584,8 +618,10 @@ def model_of_nodes(session: Session | None, graph_name: str, nodes: list, graph:
                 writable = {name: tuple(x for x in into if x not in outer) for name, into in writable.items()}
         keys = reuse_keys(nodes) if applies("reuse_keys", session.options.model_rewrites) else None
         views = storage_views(nodes) if applies("concat_views", session.options.model_rewrites) else None
+        unaligned = unaligned_reuse_keys(nodes) if keys is not None and \
+            applies("unaligned_in_place", session.options.model_rewrites) else None
         return compiled_model(session, graph_name, graph, generated_kernels(nodes), origin_names(nodes), decided_by,
-                              grouped, writable, kernels, local, keys, views)
+                              grouped, writable, kernels, local, keys, views, unaligned)
     except Exception as exc:  # noqa: BLE001 - the user's compile must go on
         log.warning("reorder: could not model the compiled %s for its memory budget: %s: %s", graph_name,
                     type(exc).__name__, exc)

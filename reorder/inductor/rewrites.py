@@ -95,6 +95,14 @@ REWRITES: tuple[Rewrite, ...] = (
             "torch/_inductor/codegen/wrapper.py: buffer_reuse_key, AllocateLine.plan",
             THROUGH_2_15, "tests/test_wild.py::test_under_autocast_the_model_of_the_compiled_code_pools_storage_by_"
                           "inductors_reuse_key (a decoder's bfloat16 and float32 buffers of as many bytes)"),
+    Rewrite("unaligned_in_place",
+            "an output written in place into an unaligned buffer (on the CPU, any graph input: a backward's donated "
+            "saved value) is unaligned too, and the key it is pooled by when it dies says so: its storage goes "
+            "to no aligned buffer of its size",
+            "torch/_inductor/codegen/common.py: KernelArgs.make_inplace; codegen/wrapper.py: buffer_reuse_key; "
+            "graph.py: GraphLowering.placeholder (should_assume_input_aligned)",
+            THROUGH_2_15, "tests/test_compiled_budget.py::test_an_output_written_into_an_unaligned_input_is_"
+                          "unaligned_as_inductors_code_generation_makes_it"),
     Rewrite("concat_views",
             "on the CPU, a cat's inputs are computed straight into slices of its output where they can: each is a "
             "view that allocates nothing and takes or gives no storage through the pool, and the output is "
