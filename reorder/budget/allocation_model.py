@@ -109,10 +109,11 @@ class AllocationModel:
     wrapper decides by, which refused a reuse the code took. ``unaligned``: the buffers Inductor takes as not
     aligned (``V.graph.unaligned_buffers``: on the CPU every graph input), and ``unaligned_key[b]``: what buffer
     ``b`` is pooled by once it is unaligned too, as it is when its kernel writes it in place into an unaligned
-    buffer (``Kernel.args.make_inplace`` adds it to the set while the code is generated, after the keys are read
+    buffer (``KernelArgs.make_inplace`` adds it to the set while the code is generated, after the keys are read
     here, and the key holds the flag). A backward that writes an output into a donated saved value pools that
-    output apart from the aligned buffers of its size, which never take its storage: ALBERT-MLM's backward at
-    1.0 allocated 256 B more than the model without it said on one order.
+    output apart from the aligned buffers of its size, which never take its storage: without the flag the model
+    put an order of ALBERT-MLM's backward at 1.0 at 41,080,704 B, 262,144 B above its code, and kept another
+    that measured 41.08 MB where that one measures 40.82 MB.
     """
 
     graph: Graph
