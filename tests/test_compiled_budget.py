@@ -689,6 +689,37 @@ def test_an_output_written_in_place_into_an_unaligned_input_is_pooled_apart_from
     assert model({"x"}, unaligned_keys).peak(order) == 3600  # written into an aligned input: aligned still
 
 
+def test_unaligned_keys_are_inductors_and_leave_its_set_as_it_was():
+    """:func:`unaligned_reuse_keys` reads each output's key from Inductor's ``buffer_reuse_key`` with the output put
+    into ``V.graph.unaligned_buffers`` for the call: the set afterwards is the set before, in its order, also where
+    a key cannot be read; an output already in the set gets no entry (its own key carries the flag), and one
+    whose key cannot be read is left out."""
+    from types import SimpleNamespace
+
+    from torch._inductor.codegen import wrapper
+    from torch._inductor.utils import OrderedSet
+    from torch._inductor.virtualized import V
+
+    from reorder.inductor.compiled_budget import unaligned_reuse_keys
+
+    def key_of(node):
+        if node == "broken":
+            raise RuntimeError("no size")
+        return ("cpu", node, node not in V.graph.unaligned_buffers)
+
+    def output(name):
+        return SimpleNamespace(get_name=lambda: name, node=name)
+
+    nodes = [SimpleNamespace(get_outputs=lambda: [output("buf0"), output("buf1")]),
+             SimpleNamespace(get_outputs=lambda: [output("broken"), output("buf2")])]
+    graph = SimpleNamespace(unaligned_buffers=OrderedSet(["primals_1", "buf1", "tangents_1"]))
+    with V.set_graph_handler(graph), patch.object(wrapper, "buffer_reuse_key", key_of):
+        unaligned, keys = unaligned_reuse_keys(nodes)
+    assert unaligned == {"primals_1", "buf1", "tangents_1"}
+    assert list(graph.unaligned_buffers) == ["primals_1", "buf1", "tangents_1"]
+    assert keys == {"buf0": ("cpu", "buf0", "False"), "buf2": ("cpu", "buf2", "False")}
+
+
 class SiLUBlocks(torch.nn.Module):
     """Three linear layers, each with a SiLU after it, then a layer norm: the backward computes each SiLU's
     gradient straight into the saved linear output it reads (a donated graph input, so unaligned on the CPU)."""

@@ -9,8 +9,8 @@ and ``Scheduler.decide_inplace_update``, torch 2.13):
   it reads and is the last reader of, when the output needs between 95% and
   100% of that buffer's storage; the output allocates nothing;
 * **reuse pool**: a buffer that dies goes into a pool keyed by its storage
-  size, dtype and device (``buffer_reuse_key``; its bytes alone where the
-  model is not told the keys); a later allocation of the same key takes the
+  size, dtype, device, alignment and stream (``buffer_reuse_key``; its bytes
+  alone where the model is not told the keys); a later allocation of the same key takes the
   most recently pooled one, and between the free and
   the reuse the storage stays allocated. Inductor takes a reuse when the
   allocation comes right after the free, or when holding the storage
@@ -106,14 +106,20 @@ class AllocationModel:
     the last of them dies. Inductor's estimate counts each view as a buffer of its own; the decoder's backward
     under ``dynamic=True`` at 0.4, where every rotary embedding's ``cat`` makes two views, was modelled 262,144 B
     above what its code allocates, and the reuses the model gave the views held storage in the estimate the
-    wrapper decides by, which refused a reuse the code took. ``unaligned``: the buffers Inductor takes as not
-    aligned (``V.graph.unaligned_buffers``: on the CPU every graph input), and ``unaligned_key[b]``: what buffer
-    ``b`` is pooled by once it is unaligned too, as it is when its kernel writes it in place into an unaligned
-    buffer (``KernelArgs.make_inplace`` adds it to the set while the code is generated, after the keys are read
-    here, and the key holds the flag). A backward that writes an output into a donated saved value pools that
+    wrapper decides by, which refused a reuse the code took.
+
+    ``unaligned``: the buffers Inductor takes as not aligned before any code exists
+    (``V.graph.unaligned_buffers``: on the CPU every graph input, and a fallback kernel's output where it reads one
+    or may not be aligned), and ``unaligned_key[b]``: what buffer ``b`` is pooled by once it is unaligned too, as
+    it is when its kernel writes it in place into an unaligned buffer (``KernelArgs.make_inplace`` adds it to the
+    set while the code is generated; the wrapper reads the keys only when it plans its reuses, after that, so the
+    key it pools the dead buffer by carries the flag). Only a buffer that dies is pooled by it: an output written
+    in place asks the pool for nothing. A backward that writes an output into a donated saved value pools that
     output apart from the aligned buffers of its size, which never take its storage: without the flag the model
-    put an order of ALBERT-MLM's backward at 1.0 at 41,080,704 B, 262,144 B above its code, and kept another
-    that measured 41.08 MB where that one measures 40.82 MB.
+    put an order of ALBERT-MLM's backward at 1.0 at 41,080,704 B, 262,144 B above its code, and kept another that
+    measured 41.08 MB where that one measures 40.82 MB. Not followed: an output whose first choice is a local
+    buffer (allocated all the same, see ``local``) that its own kernel wrote in place into an unaligned one; the
+    model takes that output as aligned.
     """
 
     graph: Graph
@@ -199,12 +205,7 @@ class AllocationModel:
         step runs (its kernel's scratch). At a point of a symbolic graph's sizes (:meth:`at`), storage is handed
         on as the model at the size hints decides: Inductor decides its in-place writes and reuses once, at the
         hints, and its code makes them at every size."""
-        life = lifetimes(self.graph, order, check)
-        released = release_steps(order, self.grouped)
-        if self.hinted is None:
-            handed, start, end = self._handed_on(order, life, released, check)
-        else:
-            handed, start, end = self.hinted._handed_on_again(order, life, released)
+        released, (handed, start, end) = self._replayed(order, check)
         rules, is_output = self._rules, self.graph.is_output
         allocates, frees = list(rules.allocates), list(rules.frees)
         for b, taken in handed:  # b lives in taken's storage: nothing allocated, freed when b dies
@@ -219,14 +220,18 @@ class AllocationModel:
         """The storage the generated code of ``order`` hands on: each buffer that lives in a dead buffer's storage
         (its kernel writes it there in place, or the reuse pool gives it), with that buffer, by name, as the
         wrapper's reuse lines name them (``ReuseLine``)."""
-        life = lifetimes(self.graph, order)
+        names = self.graph.buffer_names
+        return {names[b]: names[taken] for b, taken in self._replayed(order, True)[1][0]}
+
+    def _replayed(self, order: Sequence[int], check: bool
+                  ) -> tuple[list[int], tuple[list[tuple[int, int]], Sequence[int], Sequence[int | None]]]:
+        """The steps that release each step's dead buffers, and :meth:`_handed_on` for ``order`` (the model at
+        the hints' where this one is at another point of the sizes)."""
+        life = lifetimes(self.graph, order, check)
         released = release_steps(order, self.grouped)
         if self.hinted is None:
-            handed = self._handed_on(order, life, released, True)[0]
-        else:
-            handed = self.hinted._handed_on_again(order, life, released)[0]
-        names = self.graph.buffer_names
-        return {names[b]: names[taken] for b, taken in handed}
+            return released, self._handed_on(order, life, released, check)
+        return released, self.hinted._handed_on_again(order, life, released)
 
     def _handed_on_again(self, order: Sequence[int], life: Lifetimes, released: Sequence[int]
                          ) -> tuple[list[tuple[int, int]], Sequence[int], Sequence[int | None]]:
@@ -372,7 +377,8 @@ class AllocationModel:
         pooled_by = tuple(graph.size_free[b] if keys[b] is None else keys[b] for b in range(graph.num_buffers))
         pooled_unaligned_by = None
         if self.unaligned_key is not None:
-            pooled_unaligned_by = tuple(pooled_by[b] if key is None else key for b, key in enumerate(self.unaligned_key))
+            pooled_unaligned_by = tuple(pooled_by[b] if key is None else key
+                                        for b, key in enumerate(self.unaligned_key))
         views_into: dict[int, list[int]] = {}
         for b, viewed in enumerate(view_of):
             if viewed is not None:

@@ -195,8 +195,9 @@ def reuse_keys(nodes: list) -> dict[str, tuple[str, ...]]:
 def unaligned_reuse_keys(nodes: list) -> tuple[frozenset[str], dict[str, tuple[str, ...]]]:
     """Inductor's alignment flag in the reuse key (``buffer_reuse_key``: the buffer is not in
     ``V.graph.unaligned_buffers``): the buffers unaligned now (on the CPU every graph input:
-    ``should_assume_input_aligned``), and per output buffer of the scheduler ``nodes`` the key it pools its
-    storage by once it is unaligned as well. A kernel that writes an output in place into an unaligned buffer
+    ``should_assume_input_aligned``), and per output buffer of the scheduler ``nodes`` not unaligned yet the key
+    it pools its storage by once it is unaligned as well (one already in the set gets no entry: the key
+    :func:`reuse_keys` reads for it carries the flag). A kernel that writes an output in place into an unaligned buffer
     makes that output unaligned (``KernelArgs.make_inplace``, while the code is generated); the wrapper plans its
     reuses after that, so such an output goes into another pool than the aligned buffers of its size. Each key is
     Inductor's own, read with the buffer's name put into the set for the call and taken out again. Nothing under
@@ -409,7 +410,8 @@ def compiled_model(session: Session | None, graph_name: str, graph: Graph, gener
     ``generated``, ``decided_by``, ``grouped``, ``writable``, ``local``, ``reuse_keys`` and ``views``: as in
     :class:`~reorder.budget.allocation_model.AllocationModel` (:func:`generated_kernels`, :func:`kernel_groups`,
     :func:`in_place_inputs`, :func:`kernel_local_buffers`, :func:`reuse_keys`, :func:`storage_views`);
-    ``unaligned``: its ``unaligned`` and ``unaligned_keys`` (:func:`unaligned_reuse_keys`)."""
+    ``unaligned``: the model's ``unaligned`` and ``unaligned_keys`` (:func:`unaligned_reuse_keys`), which count
+    only with ``reuse_keys``."""
     planned = _planned_graph(session, graph_name)
     if planned is None:
         return None

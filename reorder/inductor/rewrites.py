@@ -96,13 +96,15 @@ REWRITES: tuple[Rewrite, ...] = (
             THROUGH_2_15, "tests/test_wild.py::test_under_autocast_the_model_of_the_compiled_code_pools_storage_by_"
                           "inductors_reuse_key (a decoder's bfloat16 and float32 buffers of as many bytes)"),
     Rewrite("unaligned_in_place",
-            "an output written in place into an unaligned buffer (on the CPU, any graph input: a backward's donated "
-            "saved value) is unaligned too, and the key it is pooled by when it dies says so: its storage goes "
-            "to no aligned buffer of its size",
+            "an output written in place into an unaligned buffer is unaligned too (on the CPU every graph input is "
+            "unaligned, and a backward writes into its donated saved values), and the key it is pooled by when it "
+            "dies says so: its storage goes to no aligned buffer of its size (with reuse_keys only)",
             "torch/_inductor/codegen/common.py: KernelArgs.make_inplace; codegen/wrapper.py: buffer_reuse_key; "
             "graph.py: GraphLowering.placeholder (should_assume_input_aligned)",
             THROUGH_2_15, "tests/test_compiled_budget.py::test_an_output_written_into_an_unaligned_input_is_"
-                          "unaligned_as_inductors_code_generation_makes_it"),
+                          "unaligned_as_inductors_code_generation_makes_it (the model's reuses are the wrapper's "
+                          "reuse lines; the keys read as test_unaligned_keys_are_inductors_and_leave_its_set_as_"
+                          "it_was)"),
     Rewrite("concat_views",
             "on the CPU, a cat's inputs are computed straight into slices of its output where they can: each is a "
             "view that allocates nothing and takes or gives no storage through the pool, and the output is "
