@@ -49,7 +49,9 @@ import torch
 ROWS = {
     "whole": "the model and its loss compiled whole",
     "per-layer": "each decoder layer compiled on its own (layer.compile(), as torchtitan does)",
-    "fsdp": "per-layer compiles under FSDP2 (fully_shard per layer, 2 ranks, gloo on loopback); rank 0 measured",
+    "fsdp": "per-layer compiles under FSDP2 (fully_shard per layer, 2 ranks, gloo on loopback); rank 0 measured "
+            "(one program's real peak there moved by 3 MiB between processes, held by FSDP2's eager code as the two "
+            "ranks' timing fell: docs/measured.md)",
     "autocast": "compiled whole under torch.autocast(bfloat16)",
     "checkpointed": "compiled whole with gradient_checkpointing_enable() (non-reentrant torch.utils.checkpoint)",
     "dynamic": "compiled whole with dynamic=True, trained at three sequence lengths",
