@@ -197,11 +197,11 @@ def unaligned_reuse_keys(nodes: list) -> tuple[frozenset[str], dict[str, tuple[s
     ``V.graph.unaligned_buffers``): the buffers unaligned now (on the CPU every graph input:
     ``should_assume_input_aligned``), and per output buffer of the scheduler ``nodes`` not unaligned yet the key
     it pools its storage by once it is unaligned as well (one already in the set gets no entry: the key
-    :func:`reuse_keys` reads for it carries the flag). A kernel that writes an output in place into an unaligned buffer
-    makes that output unaligned (``KernelArgs.make_inplace``, while the code is generated); the wrapper plans its
-    reuses after that, so such an output goes into another pool than the aligned buffers of its size. Each key is
-    Inductor's own, read with the buffer's name put into the set for the call and taken out again. Nothing under
-    a torch without the set or the function."""
+    :func:`reuse_keys` reads for it carries the flag). A kernel that writes an output in place into an unaligned
+    buffer makes that output unaligned (``KernelArgs.make_inplace``, while the code is generated); the wrapper
+    plans its reuses after that, so such an output goes into another pool than the aligned buffers of its size.
+    Each key is Inductor's own, read with the buffer's name put into the set for the call and taken out again.
+    Nothing under a torch without the set or the function."""
     from torch._inductor.codegen import wrapper
     from torch._inductor.virtualized import V
 
