@@ -16,8 +16,8 @@ from reorder.inductor import PartitionRecord
 from reorder.budget.allocation_model import AllocationModel, KernelSources, kernel_count, release_steps
 from reorder.budget.allocation_search import fewer_kernels, lower_allocated_peak
 from reorder.inductor.compiled_budget import (RegionPlan, check_generated, compiled_model, expect_region,
-                                              generated_kernels, kernel_groups, kernel_sources, model_of_nodes,
-                                              region_of)
+                                              generated_kernels, handed_differently, kernel_groups, kernel_sources,
+                                              model_of_nodes, note_model, region_of)
 from reorder.inductor.generated_code import AllocationEvent as Event, GeneratedCode
 from reorder.inductor.reorder_pass import choose_order
 from reorder.inductor.session import Session
@@ -183,6 +183,29 @@ def test_the_measured_step_decides_the_verdict_and_names_what_eager_code_held(ca
     session.measure_step(lambda: torch.ones(200), "cpu")  # 800 B: met, by the meter
     assert session.partitions[0].feasible and session.partitions[0].measured_peak == 800
     assert "compiled forward calls" not in caplog.text  # no compiled call ran: nothing ran twice
+
+
+def test_where_the_code_allocates_other_than_its_model_said_the_storage_handed_on_differently_is_named(caplog):
+    """The model of the backward writes ``mul`` into the donated ``saved`` as it dies (1,100 B); the code here
+    allocates ``mul`` anew (1,400 B): the INFO line names that buffer, as the model and the code hand it on."""
+    session, _ = planned(10_000)
+    model = compiled_model(session, "model__0_backward_3", backward(), GENERATED)
+    note_model(session, "model__0_backward_3", model, [0, 1])
+    assert session.region_plan("model__0").handed["backward"] == {"mul": "saved"}
+    code = GeneratedCode("model__0_backward_3", (
+        Event("extern", "mm", 1, 600, origins=frozenset({"mm"})),
+        Event("free", "tangents_1", 1, 100, input=True, planning=False),
+        Event("allocate", "mul", 2, 400),
+        Event("free", "saved", 2, 400, input=True),
+        Event("free", "mm", 2),
+    ), 3, (1,), {"primals_1": 1000, "saved": 400, "tangents_1": 100})
+    assert handed_differently({"mul": "saved"}, code) == ["mul: saved in the model, none in the code"]
+    assert handed_differently({"mul": "saved"}, backward_code()) == [
+        "buf1: none in the model, saved in the code", "mul: saved in the model, none in the code"]
+    with caplog.at_level(logging.INFO, logger="reorder"):
+        check_generated(session, "model__0_backward_3", code)
+    assert ("model__0_backward_3 allocates 1,400 B where the model of its code said 1,100 B; storage handed on "
+            "differently: mul: saved in the model, none in the code") in caplog.text
 
 
 def test_the_replay_of_generated_code_counts_owned_inputs_until_their_del_and_reuses_in_place():

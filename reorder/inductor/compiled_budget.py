@@ -70,12 +70,15 @@ from .session import PartitionRecord, Session
 
 __all__ = ["RegionPlan", "backward_free_inputs", "budgeted", "check_generated", "compiled_model", "expect_region",
            "generated_kernels", "handed_channels_last", "in_place_inputs", "kernel_local_buffers", "kernel_scratch",
-           "kernel_sources",
+           "kernel_sources", "handed_differently",
            "model_of_nodes", "note_model", "origin_names", "outer_loop_local_buffers", "owned_copies", "owned_inputs",
            "reuse_keys", "storage_views", "unaligned_reuse_keys",
            "partitioned", "region_of"]
 
 log = logging.getLogger("reorder")
+
+#: How many buffers whose storage the model and the code hand on differently an INFO line names.
+_DIFFERENCES_SHOWN = 5
 
 
 @dataclass
@@ -83,7 +86,8 @@ class RegionPlan:
     """What the check of one region needs from its partition: its record (as added to the session), the inputs
     that cost nothing, the saved values the backward owns, the scratch of the nodes that have any in each graph
     (``"forward"`` and ``"backward"``: node name -> bytes), the replayed peak of each graph compiled so far,
-    the peak the model of its code promised for the order kept (:func:`note_model`), and the probed nodes'
+    the peak the model of its code promised for the order kept and the storage it said that order hands on
+    (:func:`note_model`; new buffer -> the dead one whose storage it takes), and the probed nodes'
     operators and arguments (node name -> :func:`~reorder.inductor.scratch.probe_of`), to measure their kernels
     again in the layouts Inductor gave them (:func:`kernel_scratch`), and the joint graph's four-dimensional
     inputs that are not channels-last (``layout_copies``): where the backward gets one of them channels-last, its
@@ -95,6 +99,7 @@ class RegionPlan:
     scratch: dict[str, dict[str, int]] = field(default_factory=dict)
     peaks: dict[str, int] = field(default_factory=dict)
     modelled: dict[str, int] = field(default_factory=dict)
+    handed: dict[str, dict[str, str]] = field(default_factory=dict)
     probes: dict[str, tuple] = field(default_factory=dict)
     layout_copies: frozenset[str] = frozenset()
 
@@ -449,12 +454,28 @@ def kernel_scratch(plan: RegionPlan, kind: str, kernels: Sequence) -> dict[str, 
     return found
 
 
-def note_model(session: Session | None, graph_name: str, peak: int) -> None:
-    """Remember the peak the model of ``graph_name``'s code promised for the order our pass kept, for the
-    region's record (``modelled_peak``) beside what the code's events say."""
+def note_model(session: Session | None, graph_name: str, model: AllocationModel, order: Sequence[int]) -> None:
+    """Remember the peak the model of ``graph_name``'s code promised for the ``order`` our pass kept, for the
+    region's record (``modelled_peak``) beside what the code's events say, and the storage it said that order
+    hands on (:meth:`~reorder.budget.allocation_model.AllocationModel.reuses`), named where the code differs."""
     planned = _planned_graph(session, graph_name)
     if planned is not None:
-        planned[0].modelled[planned[1]] = peak
+        planned[0].modelled[planned[1]] = model.peak(order)
+        planned[0].handed[planned[1]] = model.reuses(order)
+
+
+def handed_differently(modelled: Mapping[str, str], code: GeneratedCode) -> list[str]:
+    """Where the storage the model said an order hands on (``modelled``: new buffer -> the dead one it takes)
+    differs from the reuse lines of the ``code`` generated for it, buffer by buffer in name order: ``"buf20:
+    buf10 in the model, buf5 in the code"`` (``none`` where one of the two allocates it anew)."""
+    made = {event.name: event.reused for event in code.events if event.kind == "reuse"}
+    return [f"{name}: {modelled.get(name) or 'none'} in the model, {made.get(name) or 'none'} in the code"
+            for name in sorted(modelled.keys() | made.keys(), key=_natural) if modelled.get(name) != made.get(name)]
+
+
+def _natural(name: str) -> tuple:
+    """``buf9`` before ``buf10``."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
 
 
 def _planned_graph(session: Session | None, graph_name: str) -> tuple[RegionPlan, str] | None:
@@ -496,6 +517,13 @@ def check_generated(session: Session | None, graph_name: str, code: GeneratedCod
     try:
         externs = [event.node for event in code.events if event.kind in ("extern", "call") and event.node is not None]
         plan.peaks[kind] = code.replay(owned_inputs(plan, kind, code), kernel_scratch(plan, kind, externs)).peak
+        if kind in plan.modelled and plan.modelled[kind] != plan.peaks[kind]:
+            differ = handed_differently(plan.handed.get(kind, {}), code)
+            log.info("reorder: %s allocates %s B where the model of its code said %s B; storage handed on "
+                     "differently: %s", graph_name, f"{plan.peaks[kind]:,}", f"{plan.modelled[kind]:,}",
+                     "; ".join(differ[:_DIFFERENCES_SHOWN]) + (f"; {len(differ) - _DIFFERENCES_SHOWN} more"
+                                                             if len(differ) > _DIFFERENCES_SHOWN else "")
+                     if differ else "none")
         if len(plan.peaks) == 2:
             amend(session, plan)
     except Exception as exc:  # noqa: BLE001 - the user's compile must go on

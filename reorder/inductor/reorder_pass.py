@@ -151,7 +151,7 @@ class ReorderPass(hook_base("CustomSchedulerPass"), SessionBound):
             if earlier is not None:
                 record, order = earlier
                 if allocation is not None:
-                    note_model(session, name, allocation.peak(order))
+                    note_model(session, name, allocation, order)
                 return dataclasses.replace(record, graph=name, seconds=time.perf_counter() - t0,
                                            replayed=True), list(order)
         result = reorder_for_peak_memory(graph, methods, candidates=candidates, max_seconds=options.max_seconds)
@@ -164,7 +164,7 @@ class ReorderPass(hook_base("CustomSchedulerPass"), SessionBound):
         left_out_seconds += time.perf_counter() - t_capture  # nor is writing the capture
         order = choice.order if choice else result.order
         if allocation is not None:
-            note_model(session, name, allocation.peak(order))
+            note_model(session, name, allocation, order)
         notes = dict(choice.notes if choice else result.notes)
         if state.not_symbolic:
             notes["sizes"] = f"planned at the size hints only: {state.not_symbolic}"
