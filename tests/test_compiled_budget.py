@@ -687,15 +687,17 @@ def test_an_output_written_in_place_into_an_unaligned_input_is_pooled_apart_from
     held through ``c`` for ``d`` (b, c, the held 400 B and the scratch: 3,600 B), the hold staying under the
     estimate's peak at ``e``; the in-place writes made ``a`` and then ``a2`` unaligned, so ``a2`` is pooled by the
     unaligned key, its storage freed after ``b``, and ``d`` allocates its own (3,200 B at ``c``). ``x`` is another
-    input, never freed, that ``a`` also reads."""
+    input, never freed, that ``a`` also reads. The 400 B are ``100*s`` at the hint s = 4: at s = 8 the storage is
+    handed on as at the hint."""
     g = build_graph(
-        [NodeSpec("a", [BufferSpec("a", 400)], reads=["saved", "x"]),
-         NodeSpec("a2", [BufferSpec("a2", 400)], reads=["a"]),
+        [NodeSpec("a", [BufferSpec("a", "100*s")], reads=["saved", "x"]),
+         NodeSpec("a2", [BufferSpec("a2", "100*s")], reads=["a"]),
          NodeSpec("b", [BufferSpec("b", 100)], reads=["a2"]),
          NodeSpec("c", [BufferSpec("c", 100)], reads=["b"]),
-         NodeSpec("d", [BufferSpec("d", 400)], reads=["c"]),
+         NodeSpec("d", [BufferSpec("d", "100*s")], reads=["c"]),
          NodeSpec("e", [BufferSpec("e", 2000)], reads=["d"])],
-        [InputSpec("saved", 400), InputSpec("x", 100, freeable=False)], ["e"])
+        [InputSpec("saved", "100*s"), InputSpec("x", 100, freeable=False)], ["e"],
+        size_hints={"s": 4}, size_ranges={"s": [1, 64]})
     generated, scratch, order = [True, True, False, False, False, False], [0, 0, 0, 3000, 0, 0], list(range(6))
     keys = {name: ("cpu", "torch.float32", "100", "True") for name in ("a", "a2", "d")}
     unaligned_keys = {name: ("cpu", "torch.float32", "100", "False") for name in ("a", "a2", "d")}
@@ -710,6 +712,9 @@ def test_an_output_written_in_place_into_an_unaligned_input_is_pooled_apart_from
     assert pooled_apart.reuses(order) == {"a": "saved", "a2": "a"}
     assert pooled_apart.peak(order) == 3200
     assert model({"x"}, unaligned_keys).peak(order) == 3600  # written into an aligned input: aligned still
+    at_8 = pooled_apart.at({"s": 8})
+    assert at_8.reuses(order) == {"a": "saved", "a2": "a"} and at_8.peak(order) == 3200
+    assert model().at({"s": 8}).peak(order) == 100 + 100 + 800 + 3000  # aligned: 800 B held through c
 
 
 def test_unaligned_keys_are_inductors_and_leave_its_set_as_it_was():
