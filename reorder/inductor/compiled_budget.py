@@ -519,11 +519,12 @@ def check_generated(session: Session | None, graph_name: str, code: GeneratedCod
         plan.peaks[kind] = code.replay(owned_inputs(plan, kind, code), kernel_scratch(plan, kind, externs)).peak
         if kind in plan.modelled and plan.modelled[kind] != plan.peaks[kind]:
             differ = handed_differently(plan.handed.get(kind, {}), code)
+            shown = "; ".join(differ[:_DIFFERENCES_SHOWN])
+            if len(differ) > _DIFFERENCES_SHOWN:
+                shown += f"; {len(differ) - _DIFFERENCES_SHOWN} more"
             log.info("reorder: %s allocates %s B where the model of its code said %s B; storage handed on "
                      "differently: %s", graph_name, f"{plan.peaks[kind]:,}", f"{plan.modelled[kind]:,}",
-                     "; ".join(differ[:_DIFFERENCES_SHOWN]) + (f"; {len(differ) - _DIFFERENCES_SHOWN} more"
-                                                             if len(differ) > _DIFFERENCES_SHOWN else "")
-                     if differ else "none")
+                     shown or "none")
         if len(plan.peaks) == 2:
             amend(session, plan)
     except Exception as exc:  # noqa: BLE001 - the user's compile must go on
