@@ -205,7 +205,7 @@ class AllocationModel:
         step runs (its kernel's scratch). At a point of a symbolic graph's sizes (:meth:`at`), storage is handed
         on as the model at the size hints decides: Inductor decides its in-place writes and reuses once, at the
         hints, and its code makes them at every size."""
-        released, (handed, start, end) = self._replayed(order, check)
+        released, handed, start, end = self._replayed(order, check)
         rules, is_output = self._rules, self.graph.is_output
         allocates, frees = list(rules.allocates), list(rules.frees)
         for b, taken in handed:  # b lives in taken's storage: nothing allocated, freed when b dies
@@ -220,18 +220,19 @@ class AllocationModel:
         """The storage the generated code of ``order`` hands on: each buffer that lives in a dead buffer's storage
         (its kernel writes it there in place, or the reuse pool gives it), with that buffer, by name, as the
         wrapper's reuse lines name them (``ReuseLine``)."""
+        _, handed, _, _ = self._replayed(order, True)
         names = self.graph.buffer_names
-        return {names[b]: names[taken] for b, taken in self._replayed(order, True)[1][0]}
+        return {names[b]: names[taken] for b, taken in handed}
 
     def _replayed(self, order: Sequence[int], check: bool
-                  ) -> tuple[list[int], tuple[list[tuple[int, int]], Sequence[int], Sequence[int | None]]]:
-        """The steps that release each step's dead buffers, and :meth:`_handed_on` for ``order`` (the model at
-        the hints' where this one is at another point of the sizes)."""
+                  ) -> tuple[list[int], list[tuple[int, int]], Sequence[int], Sequence[int | None]]:
+        """The steps that release each step's dead buffers, then what :meth:`_handed_on` says for ``order`` (the
+        model at the hints' answer where this one is at another point of the sizes)."""
         life = lifetimes(self.graph, order, check)
         released = release_steps(order, self.grouped)
         if self.hinted is None:
-            return released, self._handed_on(order, life, released, check)
-        return released, self.hinted._handed_on_again(order, life, released)
+            return (released, *self._handed_on(order, life, released, check))
+        return (released, *self.hinted._handed_on_again(order, life, released))
 
     def _handed_on_again(self, order: Sequence[int], life: Lifetimes, released: Sequence[int]
                          ) -> tuple[list[tuple[int, int]], Sequence[int], Sequence[int | None]]:

@@ -190,11 +190,19 @@ def reuse_keys(nodes: list) -> dict[str, tuple[str, ...]]:
     found: dict[str, tuple[str, ...]] = {}
     for node in nodes if key_of is not None else ():
         for buf in node.get_outputs():
-            try:
-                found[buf.get_name()] = tuple(str(part) for part in key_of(buf.node))
-            except Exception:  # noqa: BLE001 - no key read: pooled by its bytes
-                continue
+            key = _read_key(key_of, buf)
+            if key is not None:
+                found[buf.get_name()] = key
     return found
+
+
+def _read_key(key_of, buf) -> tuple[str, ...] | None:
+    """The scheduler buffer ``buf``'s reuse key by Inductor's ``key_of`` (``buffer_reuse_key``), each part as text;
+    None where it cannot be read (the model then pools the buffer by its bytes, or by the key it has)."""
+    try:
+        return tuple(str(part) for part in key_of(buf.node))
+    except Exception:  # noqa: BLE001 - no key read
+        return None
 
 
 def unaligned_reuse_keys(nodes: list) -> tuple[frozenset[str], dict[str, tuple[str, ...]]]:
@@ -222,11 +230,11 @@ def unaligned_reuse_keys(nodes: list) -> tuple[frozenset[str], dict[str, tuple[s
                 continue  # its key read already holds the flag
             unaligned.add(name)
             try:
-                found[name] = tuple(str(part) for part in key_of(buf.node))
-            except Exception:  # noqa: BLE001 - no key read: pooled as its aligned key says
-                continue
+                key = _read_key(key_of, buf)
             finally:
                 unaligned.discard(name)
+            if key is not None:
+                found[name] = key
     return frozenset(unaligned), found
 
 
