@@ -26,6 +26,16 @@ and ``Scheduler.decide_inplace_update``, torch 2.13):
   next extern kernel, or at the end; ``CppScheduling.flush``), so those
   buffers stay allocated through the whole group and go into the pool only
   after it. Triton frees after every kernel.
+* **multi-output kernels**: an extern kernel that returns several tensors
+  returns them in one tuple, which the wrapper names (``buf11 = ...``) and
+  takes each element out of where the element's own node runs
+  (``buf12 = buf11[0]``), deleting the tuple after its last element is taken
+  out. The tuple holds every element's storage until then, so an element
+  is freed at the later of its own last reader and its kernel's last
+  element taken out; Inductor's estimate frees it at its own last reader.
+  On a Mixtral backward, an order that took a weight gradient out of its
+  tuple late kept the input gradient taken out before it 524,288 B longer
+  than the estimate's timeline said.
 
 Only buffers the program allocated, and donated inputs (saved values the
 backward owns), can be handed on; views and multi-output kernels' storage cannot. A
@@ -271,6 +281,11 @@ class AllocationModel:
                     if entry is not None:  # it takes storage where it is allocated
                         early.setdefault(first, []).append(entry)
                 ends[t] = None if any(end[x] is None for x in (t, *views)) else max(end[x] for x in (t, *views))
+        if rules.elements:  # a multi-output kernel's tuple holds its elements until its last is taken out
+            ends = list(ends)
+            for b, kernel in rules.elements:
+                if ends[b] is not None:
+                    ends[b] = None if end[kernel] is None else max(ends[b], end[kernel])
         estimated = list(judged.live[:graph.num_nodes])  # Inductor's estimate per step, with the reuses' holds
         judged_peak = judged.peak
         pairs: list[tuple[int, int]] = []
@@ -386,7 +401,9 @@ class AllocationModel:
                 views_into.setdefault(viewed, []).append(b)
         entry_of = {entry[0]: entry for entries in placed for entry in entries}
         viewed = {t: (tuple(views), entry_of.get(t)) for t, views in views_into.items()}
-        return _Rules(allocates, frees, pooled, tuple(placed), pooled_by, pooled_unaligned_by, viewed)
+        elements = tuple((b, graph.parent[b]) for b in range(graph.num_buffers)
+                         if graph.parent[b] is not None and frees[b])
+        return _Rules(allocates, frees, pooled, tuple(placed), pooled_by, pooled_unaligned_by, viewed, elements)
 
 
 class _Rules(NamedTuple):
@@ -396,7 +413,8 @@ class _Rules(NamedTuple):
     into in place, first choice first), per buffer the key of the pool it goes into when it dies (its
     :attr:`AllocationModel.reuse_key`, else the bytes it frees) and the key once an in-place write made it
     unaligned (:attr:`AllocationModel.unaligned_key`; None without them), and per buffer that views are made into
-    (its :attr:`AllocationModel.view_of`) the views and its own entry among the placed ones (None: never placed)."""
+    (its :attr:`AllocationModel.view_of`) the views and its own entry among the placed ones (None: never placed),
+    and each multi-output element that frees storage with its kernel's buffer (the tuple that holds it)."""
 
     allocates: tuple[int, ...]
     frees: tuple[int, ...]
@@ -405,6 +423,7 @@ class _Rules(NamedTuple):
     pooled_by: tuple
     pooled_unaligned_by: tuple | None
     viewed: dict[int, tuple[tuple[int, ...], tuple[int, int, object, tuple[int, ...]] | None]]
+    elements: tuple[tuple[int, int], ...]
 
 
 def storage_handed_on(graph: Graph, donated: Collection[str] = frozenset()) -> tuple[bool, ...]:

@@ -149,13 +149,17 @@ class GeneratedCode:
         ``scratch``: bytes an extern kernel allocates and frees inside itself,
         by the fx node names it was lowered from, added while it runs, on top
         of what it returns (a kernel that returns several tensors makes all
-        of them as it runs, before the lines that name them).
+        of them as it runs, before the lines that name them). Such a kernel returns its tensors in one tuple
+        (``buf11``), which holds each of them until its own ``del``: an element deleted before (``del buf12``
+        after ``buf12 = buf11[0]``) is freed with the tuple.
         """
         scratch = scratch or {}
         elements: dict[str, list[AllocationEvent]] = {}  # an extern kernel's name -> the elements it returns
         for event in self.events:
             if event.kind == "element" and event.reused is not None:
                 elements.setdefault(event.reused, []).append(event)
+        kernel_of = {e.name: kernel for kernel, returned in elements.items() for e in returned}
+        pending: dict[str, list[int]] = {}  # kernel -> bytes of its elements deleted while its tuple holds them
         held = {name: self.inputs[name] for name in owned if name in self.inputs}  # live name -> its storage's bytes
         start = sum(held.values())
         changes: list[tuple[int, int]] = []  # (1 + event index, bytes): step 0 is the start
@@ -174,11 +178,16 @@ class GeneratedCode:
             if event.kind == "reuse" and event.reused in held:
                 held[event.name] = held.pop(event.reused)
             elif event.kind == "free" and event.name in held:
-                changes.append((k, -held.pop(event.name)))
+                if kernel_of.get(event.name) in held:  # the kernel's tuple still holds it: freed with the tuple
+                    pending.setdefault(kernel_of[event.name], []).append(held.pop(event.name))
+                else:
+                    changes.append((k, -held.pop(event.name)))
+                    changes += [(k, -nbytes) for nbytes in pending.pop(event.name, ())]
             during.append(sum(scratch.get(origin, 0) for origin in event.origins)
                           if event.kind in ("extern", "call") else 0)
         if self.outputs is not None:  # the return drops every name the code still holds but returns
             changes += [(len(during), -nbytes) for name, nbytes in held.items() if name not in self.outputs]
+            changes += [(len(during), -nbytes) for kernel, freed in pending.items() for nbytes in freed]
             during.append(0)
         live = live_bytes(len(during), changes, start)
         peak, step = peak_of(live, during)
