@@ -650,7 +650,9 @@ def compare_arguments(p: argparse.ArgumentParser) -> None:
                         f"by region number, +held=0:F/M/B;1:N, quoted), "
                         f"inductor-budget:F (stock with Inductor's own activation_memory_budget=F)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--out", default="compare-out", help="folder for the plot and compare.json (default: ./compare-out)")
+    p.add_argument("--out", default="compare-out",
+                   help="folder for the plot, compare.json and what each run printed, VARIANT.log (default: "
+                        "./compare-out)")
 
 
 @command("compare", "run a script under every variant, each in a fresh process; real memory side by side",
@@ -671,6 +673,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(comparison.sentence)
     if comparison.plot:
         print(f"plot: {comparison.plot}")
+    logs = [run.log for run in comparison.runs if run.log]
+    if logs:
+        print(f"what each run printed: {Path(logs[0]).parent}/VARIANT.log")
     return 0
 
 

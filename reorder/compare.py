@@ -8,11 +8,11 @@ around every ``torch.compile`` the script makes, as ``reorder capture`` does
 CUDA also ``max_memory_allocated``/``max_memory_reserved`` (and a memory
 snapshot for PyTorch's memory viewer where ``_record_memory_history``
 exists). Per variant: the real peak above the script's start, the last
-step's peak (from the start of the last compiled call made outside
-autograd's backward, the last step's compiled forward, to the end of the
-run, above the live bytes at its start: what ``python -m benchmarks.real``
-measures for one step), the compile and wall seconds, the graphs Inductor
-compiled and the hook's fallbacks.
+step's peak (from the start of the last step's first compiled forward call,
+:func:`last_step_start`, to the end of the run, above the live bytes at its
+start: what ``python -m benchmarks.real`` measures for one step), the
+compile and wall seconds, the graphs Inductor compiled, the hook's fallbacks
+and what the run printed (:func:`log_path`).
 
 Curves of different runs are aligned by what they did, not by their own
 clocks (:func:`align_times`): the starts and ends of the compiled calls are
@@ -29,6 +29,7 @@ import bisect
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -228,10 +229,11 @@ class VariantRun:
     from there to the end, thinned separately (so that a short step keeps its detail); ``step_base``: the live
     bytes when it began (``step_peak`` is counted above them);
     ``cuda``: ``max_memory_allocated``/``max_memory_reserved`` above the start; ``step_seconds``: the last
-    step's compiled work, from the start of its last compiled forward call to the end of its last compiled call
+    step's compiled work, from the start of its first compiled forward call to the end of its last compiled call
     (what a budget's recomputation slows; the script's own eager work and waits left out); ``stage_seconds``: of
     ``compile_seconds``, what our own stages took (:attr:`reorder.inductor.Session.stage_seconds`; None for stock
-    and Inductor's budget, which run none).
+    and Inductor's budget, which run none); ``log``: the file that holds everything the run printed (the
+    script's own output, our warnings, a traceback).
     """
 
     variant: str
@@ -252,6 +254,7 @@ class VariantRun:
     step_base: int | None = None
     step_seconds: float | None = None
     stage_seconds: float | None = None
+    log: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -484,8 +487,7 @@ def child_main(argv: Sequence[str] | None = None) -> int:
         snapshot = str(Path(spec["out"]) / f"{variant}.pickle")
         torch.cuda.memory._dump_snapshot(snapshot)
         torch.cuda.memory._record_memory_history(enabled=None)
-    forward_calls = m.forward_calls
-    last = forward_calls[-1].start if forward_calls else None
+    last = last_step_start(m.compiled_calls)
     marks = tuple(t for c in m.compiled_calls for t in (c.start, c.end))
     fallbacks = tuple(f"{f.stage} in {f.graph}: {f.reason}" for f in session.fallbacks) if session else ()
     step_curve = tuple(thin([p for p in m.curve if p[0] >= last])) if last is not None else ()
@@ -501,14 +503,15 @@ def child_main(argv: Sequence[str] | None = None) -> int:
 
 def _run_child(script: Path, args: Sequence[str], variant: str, device: str, out: Path,
                progress: Callable[[str], None]) -> VariantRun:
-    """Run ``variant`` in a fresh process, reporting elapsed time; a crash of the child is the run's error."""
+    """Run ``variant`` in a fresh process, reporting elapsed time; a crash of the child is the run's error. What
+    the process prints is kept in ``out`` (:func:`log_path`)."""
     with tempfile.TemporaryDirectory() as tmp:
         spec, result = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         spec.write_text(json.dumps({"script": str(script), "args": list(args), "variant": variant, "device": device,
                                     "out": str(out)}))
         command = [sys.executable, "-c", "import sys; from reorder.compare import child_main; "
                    "sys.exit(child_main())", str(spec), str(result)]
-        log = Path(tmp) / "log.txt"
+        log = log_path(out, variant)
         t0 = time.perf_counter()
         with log.open("w") as sink:
             child = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, cwd=os.getcwd())
@@ -519,13 +522,36 @@ def _run_child(script: Path, args: Sequence[str], variant: str, device: str, out
         if child.returncode != 0 or not result.exists():
             lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
             reason = lines[-1] if lines else f"exit status {child.returncode}"
-            return VariantRun(variant, f"the run failed: {reason}", wall_seconds=wall)
+            return VariantRun(variant, f"the run failed: {reason}", wall_seconds=wall, log=str(log))
         data = json.loads(result.read_text())
+        data["log"] = str(log)
         data["fallbacks"] = tuple(data["fallbacks"])
         data["marks"] = tuple(data["marks"])
         data["curve"] = tuple(tuple(p) for p in data["curve"])
         data["step_curve"] = tuple(tuple(p) for p in data["step_curve"])
         return VariantRun(**data)
+
+
+def last_step_start(calls: Sequence) -> float | None:
+    """Where a run's last step began, from its compiled calls in time order (:class:`~reorder.measure.Region`\\ s,
+    a backward's named ``... (backward)``): the first of the run of forward calls after the last backward that
+    precedes the last forward call (a model compiled in several graphs, or a layer at a time, calls several
+    forwards a step); with no backward at all (inference), the last forward call. None without a forward call."""
+    forward = [not c.name.endswith("(backward)") for c in calls]
+    if not any(forward):
+        return None
+    k = max(i for i, f in enumerate(forward) if f)
+    if all(forward):
+        return calls[k].start
+    while k > 0 and forward[k - 1]:
+        k -= 1
+    return calls[k].start
+
+
+def log_path(out: Path, variant: str) -> Path:
+    """Where a run of ``variant`` keeps what it printed: ``out/VARIANT.log``, the variant's characters that are not
+    letters, digits, dots or dashes written ``_`` (``budget:0.5`` -> ``budget_0.5.log``)."""
+    return Path(out) / (re.sub(r"[^A-Za-z0-9.-]", "_", variant) + ".log")
 
 
 def _sentence(comparison_runs: Sequence[VariantRun], reference: str | None) -> str:
@@ -634,7 +660,7 @@ def draw_comparison(comparison: Comparison):
     without a run to draw).
 
     Two panels: the whole run, and its last step (from the start of each
-    run's last compiled forward call), each aligned on the reference run's
+    run's :func:`last_step_start`), each aligned on the reference run's
     compiled calls by :func:`align_times`. Variants whose curves are the same
     (:func:`ties`) are one line named for all of them; the other lines are
     drawn widest first, so that where two of them meet the narrower runs
@@ -689,7 +715,7 @@ def draw_comparison(comparison: Comparison):
     step.set_ylabel(f"above the step's start ({unit})", fontsize=9)
     whole.set_title("whole run")
     step.set_xlabel(f"seconds from the start of {ref.variant}'s last step, aligned the same way", fontsize=8)
-    step.set_title("last step (its start: the last compiled forward call)")
+    step.set_title("last step (its start: its first compiled forward call)")
     step_top = max((r.step_peak for r in runs if r.step_peak is not None), default=0)
     for ax, high in ((whole, top), (step, step_top)):
         ax.grid(alpha=0.3)
