@@ -22,7 +22,7 @@ from reorder.inductor.releases import SUPPORTED_RELEASES
 from reorder.inductor.rewrites import MIRRORED, REWRITES, applies
 from reorder.inductor.session import record_from_dict
 from reorder import inductor as hook
-from reorder.budget.frontier import budget_bytes_of, reaching_fraction
+from reorder.budget.frontier import STOCK_SOURCE, budget_bytes_of, reaching_fraction
 from reorder.errors import ReorderError
 from reorder.inductor import BudgetPartitioner, HookOptions, PartitionRecord
 from reorder.budget import partition_of
@@ -915,6 +915,15 @@ def test_the_frontier_table_lists_every_reachable_point_with_its_fraction_and_ma
     assert stock.split()[:2] == ["1.000", "1.000"]
     assert chosen.split() == ["0.450", "0.600", "90", "B", "5", "+4", "<-", "chosen"]
     assert lowest.split() == ["0.450", "0.350", "90", "B", "9", "+8"] and "symbolic" in note
+    # a later region: stock's step counts what stock's partitions of the earlier regions save; under the budget
+    # they saved less, and this region's stock partition meets the budget without a frontier
+    later = hook.Session()
+    later.add(dataclasses.replace(record, peak=60, source=STOCK_SOURCE, saved_bytes=120, held_before=30,
+                                  recomputed=1, recomputed_flops=10**9, frontier=(), stages=(("partition made", 0),)))
+    table = later.frontier()
+    assert "within the budget: it was kept" in table and "is at least stock's estimate" not in table
+    assert "estimated at 60 B" in table and "save under this budget (30 B)" in table
+    assert "earlier regions save 30 B before it" in later.summary()
 
 
 def test_an_attention_our_choice_recomputes_saves_no_generator_state():

@@ -858,7 +858,12 @@ class Session:
             # a record read back from before they were kept says it by the budget
             built = (any(stage in ("frontier", REUSED_FRONTIER) for stage, _ in r.stages) if r.stages
                      else r.budget_bytes < r.stock_peak)
-            if not built:
+            if not built and r.budget_bytes < r.stock_peak:  # stock's partition meets it after earlier regions'
+                table += (f"\n(with what the earlier regions save under this budget ({format_bytes(r.held_before)}),"
+                          f" this region's stock partition is estimated at {format_bytes(r.peak)}, within the "
+                          f"budget: it was kept and no other was built; the fractions are of stock's step, where "
+                          f"the earlier regions save what stock's partitions of them save)")
+            elif not built:
                 table += ("\n(the budget is at least stock's estimate, so stock's partition was kept and no other "
                           "was built: compile under a budget below 1.0 to see what the others reach)")
             tables.append(table)
@@ -1128,6 +1133,9 @@ def partition_line(r: PartitionRecord) -> str:
         budget += "; what eager code and later regions hold beside it counted at " + "/".join(
             _bytes_text(b, format_bytes) for b in r.held_outside) + f" (forward/between/backward{by_call})"
     estimates = f"estimated step peak {format_bytes(r.stock_peak)} -> {format_bytes(r.peak)}"
+    if r.held_before:
+        estimates += (f" (earlier regions save {format_bytes(r.held_before)} before it; stock's step counts what "
+                      f"stock's partitions of them save)")
     if r.compiled_peak is not None:
         estimates += f", compiled graphs {format_bytes(r.compiled_peak)}"
     met = "met" if r.feasible else "NOT met"
