@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence, TextIO
@@ -478,6 +479,9 @@ def child_main(argv: Sequence[str] | None = None) -> int:
             run_script(spec["script"], spec["args"])
         except ScriptError as exc:
             errors.append(str(exc))
+            if exc.__cause__ is not None:  # the run's log keeps the script's traceback, then the one line
+                traceback.print_exception(exc.__cause__, file=sys.stderr)
+            print(exc, file=sys.stderr)
 
     t0 = time.perf_counter()
     with context as session:

@@ -1132,10 +1132,10 @@ def partition_line(r: PartitionRecord) -> str:
         by_call = " by call" if isinstance(r.held_outside[2], tuple) else ""
         budget += "; what eager code and later regions hold beside it counted at " + "/".join(
             _bytes_text(b, format_bytes) for b in r.held_outside) + f" (forward/between/backward{by_call})"
-    estimates = f"estimated step peak {format_bytes(r.stock_peak)} -> {format_bytes(r.peak)}"
     if r.held_before:
-        estimates += (f" (earlier regions save {format_bytes(r.held_before)} before it; stock's step counts what "
-                      f"stock's partitions of them save)")
+        budget += (f"; earlier regions save {format_bytes(r.held_before)} before it under this budget, where "
+                   f"stock's step counts what stock's partitions of them save")
+    estimates = f"estimated step peak {format_bytes(r.stock_peak)} -> {format_bytes(r.peak)}"
     if r.compiled_peak is not None:
         estimates += f", compiled graphs {format_bytes(r.compiled_peak)}"
     met = "met" if r.feasible else "NOT met"
