@@ -359,7 +359,7 @@ def test_compare_runs_every_variant_in_its_own_process_and_reports_failures_as_r
     # what each run printed stays beside the figures: the failed run's traceback too
     assert runs["guard"]["log"] == str(out / "guard.log") and runs["budget:0.5"]["log"] == str(out / "budget_0.5.log")
     guard_log = (out / "guard.log").read_text()
-    assert "Traceback" in guard_log and guard_log.rstrip().endswith(runs["guard"]["error"])
+    assert "Traceback" in guard_log and runs["guard"]["error"] in guard_log
     assert (out / "budget_0.5.log").exists() and (out / "stock.log").exists()
     for name in ("stock", "slab"):
         run = runs[name]
