@@ -26,6 +26,17 @@ flushed: those ``del`` lines then stand after the group, so reading the lines
 in order gives what the code does, with no rule of ours. Steps are counted as
 Inductor counts them for its own pools: one per batch of planning lines.
 
+One kind of line does not stand where its storage changes: a kernel that
+returns several tensors returns them in one tuple (``buf11 = kernel(...)``),
+and the wrapper takes each out where the element's own node runs
+(``buf12 = buf11[0]``, possibly many kernels later) and deletes the tuple
+after the last. Every element exists from the call, and one deleted while
+the tuple lives (``del buf12`` before ``del buf11``) keeps its storage until
+the tuple goes. The reader says so: an element's event follows its kernel's
+call, and its free moves to the tuple's ``del`` (on a Mixtral backward an
+order that took a weight gradient out late kept a 524,288 B input gradient
+deleted before it allocated through the next kernel).
+
 :func:`read_generated` turns the lines into a :class:`GeneratedCode`; two
 consumers fold it: the slab (:mod:`~reorder.inductor.slab`: the allocations
 it leaves out of its pools, as records over steps) and the budget's check on
@@ -149,17 +160,14 @@ class GeneratedCode:
         ``scratch``: bytes an extern kernel allocates and frees inside itself,
         by the fx node names it was lowered from, added while it runs, on top
         of what it returns (a kernel that returns several tensors makes all
-        of them as it runs, before the lines that name them). Such a kernel returns its tensors in one tuple
-        (``buf11``), which holds each of them until its own ``del``: an element deleted before (``del buf12``
-        after ``buf12 = buf11[0]``) is freed with the tuple.
+        of them as it runs: :func:`read_generated` places their events right after its call, and the ``del``
+        of one at its tuple's where the tuple still holds it).
         """
         scratch = scratch or {}
         elements: dict[str, list[AllocationEvent]] = {}  # an extern kernel's name -> the elements it returns
         for event in self.events:
             if event.kind == "element" and event.reused is not None:
                 elements.setdefault(event.reused, []).append(event)
-        kernel_of = {e.name: kernel for kernel, returned in elements.items() for e in returned}
-        pending: dict[str, list[int]] = {}  # kernel -> bytes of its elements deleted while its tuple holds them
         held = {name: self.inputs[name] for name in owned if name in self.inputs}  # live name -> its storage's bytes
         start = sum(held.values())
         changes: list[tuple[int, int]] = []  # (1 + event index, bytes): step 0 is the start
@@ -178,16 +186,11 @@ class GeneratedCode:
             if event.kind == "reuse" and event.reused in held:
                 held[event.name] = held.pop(event.reused)
             elif event.kind == "free" and event.name in held:
-                if kernel_of.get(event.name) in held:  # the kernel's tuple still holds it: freed with the tuple
-                    pending.setdefault(kernel_of[event.name], []).append(held.pop(event.name))
-                else:
-                    changes.append((k, -held.pop(event.name)))
-                    changes += [(k, -nbytes) for nbytes in pending.pop(event.name, ())]
+                changes.append((k, -held.pop(event.name)))
             during.append(sum(scratch.get(origin, 0) for origin in event.origins)
                           if event.kind in ("extern", "call") else 0)
         if self.outputs is not None:  # the return drops every name the code still holds but returns
             changes += [(len(during), -nbytes) for name, nbytes in held.items() if name not in self.outputs]
-            changes += [(len(during), -nbytes) for kernel, freed in pending.items() for nbytes in freed]
             during.append(0)
         live = live_bytes(len(during), changes, start)
         peak, step = peak_of(live, during)
@@ -213,6 +216,22 @@ def read_generated(lines: Sequence, graph: str) -> GeneratedCode:
         return frozenset(origin.name for origin in getattr(node, "origins", ()))
 
     events: list[AllocationEvent] = []
+    held_by_tuple: dict[str, str] = {}  # a live name of an element's storage -> the kernel whose tuple holds it
+    live_tuples: set[str] = set()  # the multi-output kernels whose tuple is not deleted yet
+    deferred: dict[str, list[AllocationEvent]] = {}  # a live tuple -> the frees of elements deleted before it
+
+    def free(event: AllocationEvent) -> None:
+        """``event``, a ``del``, where it returns storage: an element's while its tuple lives returns none, so
+        it is moved to the tuple's own ``del``, and the tuple's ``del`` brings those with it."""
+        kernel = held_by_tuple.pop(event.name, None)
+        if kernel in live_tuples:
+            deferred.setdefault(kernel, []).append(event)
+            return
+        events.append(event)
+        if event.name in live_tuples:
+            live_tuples.discard(event.name)
+            events.extend(replace(e, step=event.step, planning=event.planning) for e in deferred.pop(event.name, ()))
+
     step, foreign_steps, previous_was_planning = 0, set(), False
     for line in lines:
         is_planning = isinstance(line, codegen.MemoryPlanningLine)
@@ -242,25 +261,48 @@ def read_generated(lines: Sequence, graph: str) -> GeneratedCode:
             nbytes, expr = sized(node)
             events.append(AllocationEvent("element", line.result_name, step, nbytes, reused=line.arg_name, expr=expr,
                                           node=node))
+            live_tuples.add(line.arg_name)
+            held_by_tuple[line.result_name] = line.arg_name
         elif isinstance(line, (codegen.ExternKernelOutLine, codegen.ExternKernelMultiOutLine)):
             events.append(AllocationEvent("call", line.node.get_name(), step, origins=origins(line.node)))
         elif isinstance(line, codegen.ReuseLine):
             events.append(AllocationEvent("reuse", line.reused_as.get_name(), step, reused=line.node.get_name(),
                                           node=line.reused_as))
+            if line.node.get_name() in held_by_tuple:  # the new name shares the tuple's element storage
+                held_by_tuple[line.reused_as.get_name()] = held_by_tuple.pop(line.node.get_name())
         elif isinstance(line, codegen.FreeIfNotReusedLine):
             if not line.is_reused:
-                events.append(AllocationEvent("free", line.node.get_name(), step, node=line.node))
+                free(AllocationEvent("free", line.node.get_name(), step, node=line.node))
         elif isinstance(line, codegen.FreeLine):
             is_input = isinstance(line.node, ir.InputBuffer)
             nbytes, expr = sized(line.node) if is_input else (0, None)
-            events.append(AllocationEvent("free", line.node.get_name(), step, nbytes, input=is_input,
-                                          planning=False, expr=expr, node=line.node))
+            free(AllocationEvent("free", line.node.get_name(), step, nbytes, input=is_input, planning=False,
+                                 expr=expr, node=line.node))
+    events = made_by_their_kernel(events)
     inputs = {}
     for name, value in V.graph.graph_inputs.items():
         if isinstance(value, ir.TensorBox):
             inputs[name] = sized(value)[0]
     return GeneratedCode(graph, tuple(events), step + 1, tuple(sorted(foreign_steps)), inputs,
                          frozenset(V.graph.get_output_names()))
+
+
+def made_by_their_kernel(events: list[AllocationEvent]) -> list[AllocationEvent]:
+    """``events`` with each multi-output element where its storage is made: right after its kernel's call
+    (``buf11 = kernel(...)`` returns them all), at its step, not where the wrapper takes it out of the tuple
+    (``buf12 = buf11[0]``, which may come many kernels later)."""
+    called = {e.name: e for e in events if e.kind == "extern"}
+    elements: dict[str, list[AllocationEvent]] = {}
+    for e in events:
+        if e.kind == "element" and e.reused in called:
+            elements.setdefault(e.reused, []).append(replace(e, step=called[e.reused].step))
+    ordered = []
+    for e in events:
+        if not (e.kind == "element" and e.reused in called):
+            ordered.append(e)
+        if e.kind == "extern":
+            ordered += elements.get(e.name, [])
+    return ordered
 
 
 def is_foreign_call(line: str) -> bool:
