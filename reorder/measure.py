@@ -55,7 +55,9 @@ __all__ = ["MemoryMeasurement", "Region", "measure", "without_kineto_markers"]
 @dataclass(frozen=True)
 class Region:
     """A stretch of the call: its name, start and end (seconds from the call's start), and live bytes
-    (above the call's start) when it began, at its highest, and when it ended."""
+    (above the call's start) when it began, at its highest, and when it ended. A compiled graph's call also has
+    its ``role``: ``"forward"`` (a forward autograd will run the backward of), ``"backward"``, or None (an
+    inference call, a forward recomputed during the backward; and every phase)."""
 
     name: str
     start: float
@@ -63,6 +65,7 @@ class Region:
     live_at_start: int
     peak: int
     live_at_end: int
+    role: str | None = None
 
 
 @dataclass(frozen=True)
@@ -113,8 +116,10 @@ class MemoryMeasurement:
 
     @property
     def forward_calls(self) -> tuple[Region, ...]:
-        """The compiled calls made outside autograd's backward: one per compiled forward (or inference) call."""
-        return tuple(c for c in self.compiled_calls if not c.name.endswith("(backward)"))
+        """The compiled forward calls autograd runs a backward of (a budgeted region's calls): not inference
+        calls (a teacher model under ``no_grad``, a graph of no parameters) nor forwards recomputed in the
+        backward."""
+        return tuple(c for c in self.compiled_calls if c.role == "forward")
 
     def held_beside_regions(self) -> list[tuple]:
         """:attr:`outside_by_region` as a memory budget's ``held_outside`` takes it: ``(while the forwards run,
@@ -443,9 +448,9 @@ def measure(fn: Callable[[], Any], device: torch.device | str | None = None) -> 
         live.append(current)
         curve.append(((t - origin) / 1e9, current))
 
-    def region(name: str, start: int, end: int) -> Region:
+    def region(name: str, start: int, end: int, role: str | None = None) -> Region:
         before, high, after = _live_between(times, live, start, end)
-        return Region(name, (start - origin) / 1e9, (end - origin) / 1e9, before, high, after)
+        return Region(name, (start - origin) / 1e9, (end - origin) / 1e9, before, high, after, role)
 
     phases: dict[str, Region] = {}
     held = None
@@ -460,12 +465,13 @@ def measure(fn: Callable[[], Any], device: torch.device | str | None = None) -> 
         phases["optimizer"] = region("optimizer", optimizer[0][0], max(e for _, e, _ in optimizer))
     call_ranges = _ranges(events, lambda n: n.startswith("## Call CompiledFxGraph"))
     in_backward = [any(b <= s <= f for b, f, _ in backward) for s, _, _ in call_ranges]
-    calls = tuple(region(name.strip("# ").removeprefix("Call ") + (" (backward)" if during else ""), s, e)
-                  for (s, e, name), during in zip(call_ranges, in_backward))
+    roles = _region_calls(events, call_ranges, in_backward)
+    calls = tuple(region(name.strip("# ").removeprefix("Call ") + (" (backward)" if during else ""), s, e, role)
+                  for (s, e, name), during, (_, _, _, role) in zip(call_ranges, in_backward, roles, strict=True))
     composition = peak_composition(paired, peak_time, [(s, e) for s, e, _ in call_ranges],
                                    backward[0][0] if backward else None)
     outside = outside_held(paired, [(s, e, during) for (s, e, _), during in zip(call_ranges, in_backward)])
-    by_region = outside_by_region(paired, _region_calls(events, call_ranges, in_backward))
+    by_region = outside_by_region(paired, roles)
     if len(by_region) != 1:  # backward calls of several regions are not one region's calls
         outside.pop("backward calls", None)
     return MemoryMeasurement(str(device), peak, current, allocations, frees, tuple(curve), phases, held, calls, cuda,

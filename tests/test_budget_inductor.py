@@ -101,6 +101,31 @@ def test_measure_step_names_what_was_held_beside_each_region_when_the_estimates_
         assert all(not r.feasible and r.measured_peak == 80_000_000 for r in session.partitions)
 
 
+def test_measure_step_counts_the_forward_calls_of_budgeted_regions_not_inference_calls(caplog):
+    """A step that runs three compiled graphs without autograd (a feature extractor frozen under ``no_grad``, as
+    Wav2Vec2's were) beside one budgeted region run once: nothing to advise. The same region run twice: its
+    estimates count one call, and the warning says ``region_calls=2``."""
+    from reorder.inductor.session import PartitionRecord, Session
+    from reorder.measure import MemoryMeasurement, Region
+
+    def call(role):
+        return Region("CompiledFxGraph" + (" (backward)" if role == "backward" else ""), 0.0, 1.0, 0, 0, 0, role)
+
+    for roles, advised in (((None, None, None, "forward", "backward"), False),
+                           ((None, "forward", "forward", "backward", "backward"), True)):
+        measured = MemoryMeasurement("cpu", 40_000_000, 0, 1, 1, (), compiled_calls=tuple(map(call, roles)))
+        session = Session(HookOptions(memory_budget=0.5))
+        session.add(PartitionRecord(graph="model", nodes=10, budget=0.5, budget_bytes=50_000_000,
+                                    stock_peak=100_000_000, peak=45_000_000, feasible=True, source="price 1/64",
+                                    saved_bytes=40, stock_saved_bytes=120, recomputed=3, stock_recomputed=1,
+                                    recomputed_flops=5000, stock_recomputed_flops=10, calls=1))
+        caplog.clear()
+        with patch("reorder.measure.measure", return_value=measured), caplog.at_level(logging.WARNING, "reorder"):
+            session.measure_step(lambda: None)
+        assert ("region_calls=2" in caplog.text) == advised, caplog.text
+        assert ("the step ran 2 compiled forward calls of 1 budgeted regions" in caplog.text) == advised
+
+
 def test_measure_step_compares_what_was_held_beside_each_backward_call_where_the_estimates_count_by_call(caplog):
     """A region run three times a step: measured by backward call, the second held 20 MB more than the estimates
     counted for it, which the most of any call hides; the warning gives the amounts by call. Estimates that

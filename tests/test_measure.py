@@ -213,6 +213,9 @@ def test_what_later_regions_hold_beside_an_earlier_one_is_counted_for_it():
     assert m.outside_by_region == ({"forward": 0, "between": 4 * size + 8, "backward": size + 8},
                                    {"forward": 0, "between": 2 * size + 8, "backward": size + 8})
     assert m.outside_by_phase == m.outside_by_region[1]
+    # each call's role: the teacher's is no region's, and the forward calls a budget counts are the two others
+    assert [c.role for c in m.compiled_calls] == [None, "forward", "forward", "backward", "backward"]
+    assert len(m.forward_calls) == 2
     torch._dynamo.reset()
 
 
