@@ -29,6 +29,7 @@ the peak outside the window comes from prefix and suffix maxima that
 from __future__ import annotations
 
 import heapq
+import logging
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -307,7 +308,7 @@ def reordered_fusion_peak(graph: Graph, first: int, second: int, best_peak: int,
     if groups is None:
         return None
     fused = fused_graph(graph, groups)
-    peak = reorder_for_peak_memory(fused, methods).peak
+    peak = reorder_for_peak_memory(fused, methods, log_level=logging.DEBUG).peak
     return FusionCheck(best_peak, peak, len(methods) * (fused.num_nodes + fused.num_edges))
 
 

@@ -622,6 +622,29 @@ def test_the_frontier_falls_and_the_choice_is_monotone():
 
 
 
+def test_the_estimates_of_candidate_partitions_say_nothing_at_info(caplog):
+    """A partition's estimate may order its forward and backward with our methods, and the fusion guard's checks
+    do so hundreds of times a compile: each order's lines (the graph, each method's peak) came at INFO, so a
+    user who turned INFO on for the hook's summary lines read the same few lines dozens of times (56 on one
+    training script). Those estimates log at DEBUG; a call of our methods on its own still logs at INFO, as
+    Inductor's own do."""
+    import logging
+
+    from reorder.schedulers import reorder_for_peak_memory
+
+    graph = layers(6)
+    stock = partition_of(graph, graph.ids(f"wide{k}" for k in range(6)) + graph.ids(["x"]))
+    backward = programs_of(graph, stock)[1]
+    with caplog.at_level(logging.DEBUG, logger="reorder"):
+        judged_peak(backward, ("lpmf", "bfs", "dfs"))
+    assert any(r.getMessage().startswith("baseline peak memory: ") for r in caplog.records)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO] == []
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="reorder"):
+        reorder_for_peak_memory(backward.graph)
+    assert any(r.getMessage().startswith("baseline peak memory: ") for r in caplog.records)
+
+
 def test_a_point_joins_the_frontier_only_below_every_cheaper_one_by_the_resolution():
     graph = layers(6)
     stock = partition_of(graph, graph.ids(f"wide{k}" for k in range(6)) + graph.ids(["x"]))

@@ -69,6 +69,19 @@ def test_a_ceiling_blocks_any_rise_above_it_however_small():
     assert level.rise == 0 and not should_block(level, ceiling=MB)  # no rise: never blocked, even above it
 
 
+def test_the_check_that_confirms_a_block_logs_its_orders_at_debug(caplog):
+    """The guard confirms a rise by ordering the fused graph with our methods, many times a compile: those
+    orders' lines are DEBUG, not the INFO of a call of our methods on its own."""
+    import logging
+
+    graph = accumulation()
+    with caplog.at_level(logging.DEBUG, logger="reorder"):
+        check = reordered_fusion_peak(graph, graph.node_id("add0"), graph.node_id("add1"),
+                                      reorder_for_peak_memory(graph, CONFIRM_METHODS, log_level=logging.DEBUG).peak)
+    assert check is not None and any(r.levelno == logging.DEBUG for r in caplog.records)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO] == []
+
+
 def test_a_harmless_vertical_fusion_lowers_the_peak():
     nodes = [
         NodeSpec("a", [BufferSpec("a0", 400)], reads=["x"]),

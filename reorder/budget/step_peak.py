@@ -62,6 +62,7 @@ is from the allocator's real peak is measured on the real-model benchmark
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -152,7 +153,7 @@ def judged_peak(program: AllocationModel, methods: Sequence[str] = ORDER_METHODS
     and the order they choose in Inductor's model)."""
     orders = [range(program.graph.num_nodes)]
     if methods:
-        orders.append(reorder_for_peak_memory(program.graph, methods).order)
+        orders.append(reorder_for_peak_memory(program.graph, methods, log_level=logging.DEBUG).order)
     return max(program.peak(order) for order in orders)
 
 

@@ -197,14 +197,14 @@ class _SchedulerView:
         self.base, _ = graph_from_scheduler(nodes, self.graph_name, scheduler=scheduler)
         self.base_of_op = {op: i for i, node in enumerate(nodes) for op in node.get_operation_names()}
         self.rank = [0] * self.base.num_nodes
-        for step, v in enumerate(reorder_for_peak_memory(self.base, RECHECK_METHODS).order):
+        for step, v in enumerate(reorder_for_peak_memory(self.base, RECHECK_METHODS, log_level=logging.DEBUG).order):
             self.rank[v] = step
         return self.base.num_nodes + self.base.num_edges
 
     def confirmed_peak(self, graph) -> int:
         """The lowest peak the confirming methods find for ``graph``; their work goes on the count."""
         self.work += len(CONFIRM_METHODS) * (graph.num_nodes + graph.num_edges)
-        return reorder_for_peak_memory(graph, CONFIRM_METHODS).peak
+        return reorder_for_peak_memory(graph, CONFIRM_METHODS, log_level=logging.DEBUG).peak
 
     def stale(self, node1, node2) -> bool:
         scheduler = self.scheduler()

@@ -188,6 +188,7 @@ def reorder_for_peak_memory(
     *,
     candidates: Mapping[str, Sequence[int]] | None = None,
     max_seconds: float | None = None,
+    log_level: int = logging.INFO,
 ) -> ReorderResult:
     """Run the baseline and ``methods`` (default :data:`DEFAULT_METHODS`), return the lowest-peak order.
 
@@ -204,12 +205,15 @@ def reorder_for_peak_memory(
     lowest at the hint among all of them never above Inductor's own order at
     any evaluation point
     (:func:`~reorder.schedulers.across_sizes.choose_across_sizes`).
+    ``log_level``: of the lines that name the graph and each method's peak (Inductor's own say the same at
+    INFO); an estimate inside a larger search (a budget's candidate partitions, a fusion guard's checks, run
+    hundreds of times a compile) passes ``logging.DEBUG``.
     """
     instances = [make_method(m) for m in (DEFAULT_METHODS if methods is None else methods)]
     if not instances:
         raise ReorderError(f"methods: name at least one method; known: {', '.join(sorted(METHODS))}")
     bound = lower_bound(graph)
-    log.info("reordering %s for peak memory -- %d nodes", graph.name, graph.num_nodes)
+    log.log(log_level, "reordering %s for peak memory -- %d nodes", graph.name, graph.num_nodes)
     started = t0 = time.perf_counter()
     best_order: Sequence[int] = list(range(graph.num_nodes))
     best_peak = estimate_peak_memory(graph, best_order).peak
@@ -219,7 +223,7 @@ def reorder_for_peak_memory(
     seconds = {"baseline": time.perf_counter() - t0}
     notes: dict[str, str] = {}
     optimal = best_peak <= bound
-    log.info("baseline peak memory: %d", best_peak)
+    log.log(log_level, "baseline peak memory: %d", best_peak)
     for method in instances:
         if method.name == "baseline":
             continue
@@ -236,7 +240,7 @@ def reorder_for_peak_memory(
         orders[method.name] = list(outcome.order)
         if outcome.note:
             notes[method.name] = outcome.note
-        log.info("%s peak memory: %d%s", method.name, peak, f" ({outcome.note})" if outcome.note else "")
+        log.log(log_level, "%s peak memory: %d%s", method.name, peak, f" ({outcome.note})" if outcome.note else "")
         if peak < best_peak:
             best_order, best_peak, best_method = outcome.order, peak, method.name
         if outcome.bound is not None:
@@ -264,7 +268,7 @@ def reorder_for_peak_memory(
             best_order, best_peak, best_method = orders[sizes.method], sizes.peak, sizes.method
             optimal = best_peak <= bound
             notes["across_sizes"] = sizes.note
-            log.info("%s: %s", graph.name, sizes.note)
+            log.log(log_level, "%s: %s", graph.name, sizes.note)
     if optimal:
         bound = best_peak
     return ReorderResult(list(best_order), best_peak, best_method, peaks, seconds, bound, optimal, notes, orders,
