@@ -266,6 +266,38 @@ class Graph:
                                                        enumerate(self.symbolic_size)),
                                    size_exprs=exprs)
 
+    def with_input_bytes(self, sizes: Mapping[str, Size]) -> Graph:
+        """This graph with each freeable input named in ``sizes`` at those bytes (a number, or an expression's text
+        in the graph's own symbols), at every point of a symbolic graph's sizes: what the input's free returns
+        (its storage), where Inductor's estimate counts what the program reads of it (its last read's extent).
+        Inputs not named, or not freeable, keep their sizes; same nodes, buffers and ids. Raises
+        :class:`GraphError` naming the input whose size does not parse, uses a symbol the graph has not, or is
+        not a whole number of bytes at the hints."""
+        index, trees = self.buffer_index, {}
+        for name, size in sizes.items():
+            b = index.get(name)
+            if b is None or not self.is_input[b] or not self.freeable[b]:
+                continue
+            tree = _size_tree(size, "input", name, "size")
+            unknown = size_symbols(tree) - set(self.symbols) if type(tree) is not int else set()
+            if unknown:
+                raise GraphError(f"input {name!r} field 'size': symbol {sorted(unknown)[0]} is not one of the "
+                                 f"graph's ({', '.join(self.symbols) or 'none'})")
+            at_hints = evaluate_bytes(tree, self.size_hints, f"input {name!r} field 'size'")
+            if at_hints != self.size[b] or (self.size_exprs is not None and tree != self.size_exprs.size[b]):
+                text = None if type(tree) is int else size.strip() if isinstance(size, str) else str(size)
+                trees[b] = (tree, at_hints, text)
+        if not trees:
+            return self
+        sized = lambda sizes: tuple(trees[b][1] if b in trees else s for b, s in enumerate(sizes))  # noqa: E731
+        exprs = self.size_exprs
+        if exprs is not None:
+            exprs = dataclasses.replace(exprs, size=tuple(trees[b][0] if b in trees else t
+                                                          for b, t in enumerate(exprs.size)))
+        symbolic = tuple(trees[b][2] if b in trees else t for b, t in enumerate(self.symbolic_size))
+        return dataclasses.replace(self, size=sized(self.size), size_alloc=sized(self.size_alloc),
+                                   size_free=sized(self.size_free), symbolic_size=symbolic, size_exprs=exprs)
+
     def size_text(self, b: int, field: str = "size") -> int | str:
         """Buffer ``b``'s ``size``, ``size_alloc`` or ``size_free`` as a graph file writes it: the expression's
         text where it has symbols, else the bytes."""

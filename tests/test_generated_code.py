@@ -121,6 +121,7 @@ def test_what_the_code_still_holds_but_does_not_return_dies_when_it_returns():
     replay = owned.replay(["tangents_1"])
     assert (replay.start, replay.peak, replay.end, replay.peak_event) == (5, 152, 100, 2)
 
+
 class ResidualCNN(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -130,6 +131,24 @@ class ResidualCNN(torch.nn.Module):
 
     def forward(self, x):
         return torch.relu(x + self.conv2(torch.relu(self.norm(self.conv1(x)))))
+
+
+class SlicedProduct(torch.nn.Module):
+    """The sine of a slice of a product: the backward gets the sine's derivative (``cos``, 32 of the product's 128
+    columns: 32,768 B of storage) and reads it as part of the product's whole gradient, so Inductor's estimate,
+    which sizes an input by its last read, counts it 131,072 B."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(64, 128, bias=False)
+
+    def forward(self, x):
+        return torch.sin(self.proj(x)[:, :32]) * 3
+
+
+def sliced_product():
+    torch.manual_seed(0)
+    return SlicedProduct(), torch.randn(256, 64)
 
 
 def transformer_block():
@@ -167,7 +186,8 @@ def convolution_scratch() -> dict[str, int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("make, scratch", [(transformer_block, dict), (residual_cnn, convolution_scratch)])
+@pytest.mark.parametrize("make, scratch", [(transformer_block, dict), (residual_cnn, convolution_scratch),
+                                           (sliced_product, dict)])
 def test_the_replay_of_each_compiled_graph_is_the_allocators_peak_of_its_call_and_the_models_promise(make, scratch,
                                                                                                  fresh_compiles):
     """Each compiled graph of a budgeted region, three ways: the allocator's measured call, the replay of its

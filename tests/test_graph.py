@@ -87,6 +87,28 @@ def test_symbolic_sizes_resolve_with_hints_and_keep_their_expression():
     assert g.size[g.buffer_index["i"]] == 19
 
 
+def test_an_inputs_storage_replaces_its_estimated_bytes_at_every_point():
+    """``with_input_bytes``: what freeing an input returns (its storage), where the estimate counted its last
+    read's extent. A parameter (not freeable) and names not in the graph are left alone."""
+    nodes = [NodeSpec("a", [BufferSpec("x", "s0*4")], reads=["saved", "weight"])]
+    inputs = [InputSpec("saved", "s0*16"), InputSpec("weight", 64, freeable=False)]
+    g = build_graph(nodes, inputs=inputs, outputs=["x"], size_hints={"s0": 8})
+    stored = g.with_input_bytes({"saved": "s0*4 + 8", "weight": 128, "elsewhere": 4})
+    b, w = g.buffer_index["saved"], g.buffer_index["weight"]
+    assert (stored.size[b], stored.size_alloc[b], stored.size_free[b], stored.symbolic_size[b]) == (40, 40, 40,
+                                                                                                     "s0*4 + 8")
+    assert stored.size[w] == g.size[w] == 64 and stored.size_free[w] == 0
+    assert estimate_peak_memory(stored).peak == 40 + 32 and estimate_peak_memory(g).peak == 128 + 32
+    at = stored.at({"s0": 100})
+    assert (at.size[b], at.size_free[b]) == (408, 408) and g.at({"s0": 100}).size[b] == 1600
+    assert g.with_input_bytes({"saved": "s0*16"}) is g and g.with_input_bytes({}) is g
+    constant = build_graph([NodeSpec("a", [BufferSpec("x", 4)], reads=["saved"])], inputs=[InputSpec("saved", 8)],
+                           outputs=["x"])
+    assert constant.with_input_bytes({"saved": 32}).size_free[0] == 32
+    with pytest.raises(GraphError, match=r"input 'saved' field 'size': symbol s1 is not one of the graph's \(none\)"):
+        constant.with_input_bytes({"saved": "s1*4"})
+
+
 @pytest.mark.parametrize("nodes, inputs, outputs, message", [
     ([NodeSpec("a", [BufferSpec("x", 1)], reads=["nope"])], [], [], "node 'a' field 'reads' names unknown buffer 'nope'"),
     ([NodeSpec("a", [BufferSpec("x", 1)]), NodeSpec("b", [BufferSpec("x", 1)])], [], [],

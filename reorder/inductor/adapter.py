@@ -31,9 +31,13 @@ import functools
 from dataclasses import dataclass
 from typing import Collection
 
+from ..errors import GraphError
 from ..graph import BufferSpec, Graph, InputSpec, NodeSpec, build_graph
+from ..sizes import evaluate_bytes, size_expression, size_symbols
+from .generated_code import hint_bytes, storage_expr
 
 __all__ = ["SchedulerState", "SymbolicSizes", "freed_tangents", "fx_graph_cache_hits", "graph_being_compiled",
+           "input_storage",
            "graph_from_scheduler", "scheduler_state", "symbol_ranges", "symbolic_sizes"]
 
 
@@ -229,6 +233,36 @@ def symbolic_sizes(nodes: list, state: SchedulerState, freeable: dict) -> Symbol
             return f"input {name}: its size expression gives {_at(inputs.get(name, 0), hints)} bytes at the hints, " \
                    f"Inductor's figure {expected}"
     return SymbolicSizes(sizes, inputs, hints, ranges)
+
+
+def input_storage(graph: Graph) -> dict[str, int | str]:
+    """What each input ``graph`` frees returns at its ``del``, by name: its storage's bytes
+    (:func:`~reorder.inductor.generated_code.storage_expr`, as the reader of the generated code counts them), read
+    from the graph Inductor is compiling, as a size of ``graph`` (a number, or an expression's text in its
+    symbols). Inductor's estimate, and so ``graph``, counts the extent the input's last read covers, which can be
+    more or less than its storage. An input that is not a tensor, or whose expression ``graph`` cannot evaluate,
+    is left out: it keeps the estimate's size."""
+    from torch._inductor import ir
+    from torch._inductor.virtualized import V
+
+    inputs, symbols, found = V.graph.graph_inputs, set(graph.symbols), {}
+    for b, name in enumerate(graph.buffer_names):
+        value = inputs.get(name)
+        if not (graph.is_input[b] and graph.freeable[b] and isinstance(value, ir.TensorBox)):
+            continue
+        expr = storage_expr(value)
+        if not graph.is_symbolic:
+            found[name] = hint_bytes(expr)
+            continue
+        size = _text(expr)
+        try:
+            tree = size_expression(size, f"input {name!r} storage")
+            if type(tree) is int or size_symbols(tree) <= symbols:
+                evaluate_bytes(tree, graph.size_hints, f"input {name!r} storage")
+                found[name] = size
+        except GraphError:
+            continue
+    return found
 
 
 def _at(expr, hints: dict[str, int]) -> int:

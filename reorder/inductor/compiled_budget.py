@@ -63,6 +63,7 @@ from typing import Collection, Iterable, Mapping, Sequence
 from ..budget.allocation_model import AllocationModel, KernelSources
 from ..budget.step_peak import step_total
 from ..graph import Graph
+from .adapter import input_storage
 from .generated_code import GeneratedCode, hint_bytes
 from .scratch import scratch_in_layout
 from .rewrites import applies
@@ -414,7 +415,8 @@ def compiled_model(session: Session | None, graph_name: str, graph: Graph, gener
                    grouped: Sequence[bool] | None = None, writable: Mapping[str, Collection[str]] | None = None,
                    kernels: Mapping[str, int] | None = None, local: Collection[str] = (),
                    reuse_keys: Mapping[str, tuple] | None = None, views: Mapping[str, str] | None = None,
-                   unaligned: tuple[Collection[str], Mapping[str, tuple]] | None = None) -> AllocationModel | None:
+                   unaligned: tuple[Collection[str], Mapping[str, tuple]] | None = None,
+                   input_bytes: Mapping[str, int | str] | None = None) -> AllocationModel | None:
     """What the generated code of ``graph_name`` will allocate for any order of ``graph``'s nodes, if it is the
     forward or backward of a budgeted region (see the module docstring), else None: the region's free inputs at
     zero bytes, a backward's donated saved values free to hand on their storage, each extern kernel's scratch as
@@ -424,7 +426,8 @@ def compiled_model(session: Session | None, graph_name: str, graph: Graph, gener
     :class:`~reorder.budget.allocation_model.AllocationModel` (:func:`generated_kernels`, :func:`kernel_groups`,
     :func:`in_place_inputs`, :func:`kernel_local_buffers`, :func:`reuse_keys`, :func:`storage_views`);
     ``unaligned``: the model's ``unaligned`` and ``unaligned_keys`` (:func:`unaligned_reuse_keys`), which count
-    only with ``reuse_keys``."""
+    only with ``reuse_keys``; ``input_bytes``: the storage of the inputs it frees
+    (:func:`~reorder.inductor.adapter.input_storage`)."""
     planned = _planned_graph(session, graph_name)
     if planned is None:
         return None
@@ -436,7 +439,8 @@ def compiled_model(session: Session | None, graph_name: str, graph: Graph, gener
     free = backward_free_inputs(plan) if kind == "backward" else plan.free_inputs
     names, keys = unaligned if unaligned is not None else ((), None)
     return AllocationModel.build(graph, generated, donated, scratch, decided_by, grouped, free, writable, local,
-                                 reuse_keys=reuse_keys, views=views, unaligned=names, unaligned_keys=keys)
+                                 reuse_keys=reuse_keys, views=views, unaligned=names, unaligned_keys=keys,
+                                 input_bytes=input_bytes)
 
 
 def kernel_scratch(plan: RegionPlan, kind: str, kernels: Sequence) -> dict[str, int]:
@@ -660,7 +664,7 @@ def model_of_nodes(session: Session | None, graph_name: str, nodes: list, graph:
         unaligned = unaligned_reuse_keys(nodes) if keys is not None and \
             applies("unaligned_in_place", session.options.model_rewrites) else None
         return compiled_model(session, graph_name, graph, generated_kernels(nodes), origin_names(nodes), decided_by,
-                              grouped, writable, kernels, local, keys, views, unaligned)
+                              grouped, writable, kernels, local, keys, views, unaligned, input_storage(graph))
     except Exception as exc:  # noqa: BLE001 - the user's compile must go on
         log.warning("reorder: could not model the compiled %s for its memory budget: %s: %s", graph_name,
                     type(exc).__name__, exc)
