@@ -37,8 +37,7 @@ from ..sizes import evaluate_bytes, size_expression, size_symbols
 from .generated_code import hint_bytes, storage_expr
 
 __all__ = ["SchedulerState", "SymbolicSizes", "freed_tangents", "fx_graph_cache_hits", "graph_being_compiled",
-           "input_storage",
-           "graph_from_scheduler", "scheduler_state", "symbol_ranges", "symbolic_sizes"]
+           "graph_from_scheduler", "input_storage", "scheduler_state", "symbol_ranges", "symbolic_sizes"]
 
 
 def graph_being_compiled() -> str:

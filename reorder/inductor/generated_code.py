@@ -278,7 +278,7 @@ def read_generated(lines: Sequence, graph: str) -> GeneratedCode:
             nbytes, expr = sized(line.node) if is_input else (0, None)
             free(AllocationEvent("free", line.node.get_name(), step, nbytes, input=is_input, planning=False,
                                  expr=expr, node=line.node))
-    events = made_by_their_kernel(events)
+    events = _made_by_their_kernel(events)
     inputs = {}
     for name, value in V.graph.graph_inputs.items():
         if isinstance(value, ir.TensorBox):
@@ -287,7 +287,7 @@ def read_generated(lines: Sequence, graph: str) -> GeneratedCode:
                          frozenset(V.graph.get_output_names()))
 
 
-def made_by_their_kernel(events: list[AllocationEvent]) -> list[AllocationEvent]:
+def _made_by_their_kernel(events: list[AllocationEvent]) -> list[AllocationEvent]:
     """``events`` with each multi-output element where its storage is made: right after its kernel's call
     (``buf11 = kernel(...)`` returns them all), at its step, not where the wrapper takes it out of the tuple
     (``buf12 = buf11[0]``, which may come many kernels later)."""
