@@ -278,12 +278,7 @@ class Graph:
             b = index.get(name)
             if b is None or not self.is_input[b] or not self.freeable[b]:
                 continue
-            tree = _size_tree(size, "input", name, "size")
-            unknown = size_symbols(tree) - set(self.symbols) if type(tree) is not int else set()
-            if unknown:
-                raise GraphError(f"input {name!r} field 'size': symbol {sorted(unknown)[0]} is not one of the "
-                                 f"graph's ({', '.join(self.symbols) or 'none'})")
-            at_hints = evaluate_bytes(tree, self.size_hints, f"input {name!r} field 'size'")
+            tree, at_hints = self.input_size(name, size)
             if at_hints != self.size[b] or (self.size_exprs is not None and tree != self.size_exprs.size[b]):
                 text = None if type(tree) is int else size.strip() if isinstance(size, str) else str(size)
                 trees[b] = (tree, at_hints, text)
@@ -297,6 +292,17 @@ class Graph:
         symbolic = tuple(trees[b][2] if b in trees else t for b, t in enumerate(self.symbolic_size))
         return dataclasses.replace(self, size=sized(self.size), size_alloc=sized(self.size_alloc),
                                    size_free=sized(self.size_free), symbolic_size=symbolic, size_exprs=exprs)
+
+    def input_size(self, name: str, size: Size) -> tuple[Expr, int]:
+        """``size`` given for input ``name`` (:meth:`with_input_bytes`) as an expression in this graph's symbols and
+        its bytes at the hints; a :class:`GraphError` naming the input where it does not parse, uses a symbol the
+        graph has not, or is not a whole number of bytes at the hints."""
+        tree = _size_tree(size, "input", name, "size")
+        unknown = size_symbols(tree) - set(self.symbols) if type(tree) is not int else set()
+        if unknown:
+            raise GraphError(f"input {name!r} field 'size': symbol {sorted(unknown)[0]} is not one of the "
+                             f"graph's ({', '.join(self.symbols) or 'none'})")
+        return tree, evaluate_bytes(tree, self.size_hints, f"input {name!r} field 'size'")
 
     def size_text(self, b: int, field: str = "size") -> int | str:
         """Buffer ``b``'s ``size``, ``size_alloc`` or ``size_free`` as a graph file writes it: the expression's

@@ -33,7 +33,6 @@ from typing import Collection
 
 from ..errors import GraphError
 from ..graph import BufferSpec, Graph, InputSpec, NodeSpec, build_graph
-from ..sizes import evaluate_bytes, size_expression, size_symbols
 from .generated_code import hint_bytes, storage_expr
 
 __all__ = ["SchedulerState", "SymbolicSizes", "freed_tangents", "fx_graph_cache_hits", "graph_being_compiled",
@@ -244,7 +243,7 @@ def input_storage(graph: Graph) -> dict[str, int | str]:
     from torch._inductor import ir
     from torch._inductor.virtualized import V
 
-    inputs, symbols, found = V.graph.graph_inputs, set(graph.symbols), {}
+    inputs, found = V.graph.graph_inputs, {}
     for b, name in enumerate(graph.buffer_names):
         value = inputs.get(name)
         if not (graph.is_input[b] and graph.freeable[b] and isinstance(value, ir.TensorBox)):
@@ -255,12 +254,10 @@ def input_storage(graph: Graph) -> dict[str, int | str]:
             continue
         size = _text(expr)
         try:
-            tree = size_expression(size, f"input {name!r} storage")
-            if type(tree) is int or size_symbols(tree) <= symbols:
-                evaluate_bytes(tree, graph.size_hints, f"input {name!r} storage")
-                found[name] = size
+            graph.input_size(name, size)
         except GraphError:
             continue
+        found[name] = size
     return found
 
 
