@@ -340,8 +340,8 @@ def frontier(graph: StepGraph, stock: Candidate, prices: Sequence[Fraction | Non
     # lowest, below): it lies within that share of the resolution of it (left out by the whole, below the same cheaper
     # points as the offered one), a near copy by the estimate, which measured the other way round on
     # ALBERT-MLM (ours 41.59 MB, Inductor's 0.6 40.01 MB)
-    points = _falling(by_cost, stock, lambda c: int(least_drop * OFFERED_SHARE) if c.partition.saved in offered_sets
-                     else least_drop)
+    offered_drop = int(least_drop * OFFERED_SHARE)
+    points = _falling(by_cost, stock, lambda c: offered_drop if c.partition.saved in offered_sets else least_drop)
     # the lowest level found ends the frontier even where it lies within the resolution of the last point: a
     # budget no point meets asks for the least memory, and the estimate's best guess at it is this candidate;
     # the points it leaves pointless (costlier and no lower) go
