@@ -663,8 +663,9 @@ def test_an_offered_partition_needs_its_share_of_the_resolution_to_be_a_point():
     ``OFFERED_SHARE`` of it. On a decoder's step, Inductor's 0.7 was estimated 1.67 MB below our cheaper point and
     left out by the resolution (2.05 MB): a budget between the two got a point recomputing four times as much, and
     a real peak no lower than Inductor's 0.7 with a step 5.7% slower. On MobileNetV2, Inductor's 0.2 lay 2.2% of
-    stock's estimate below its 0.4, inside half the resolution but outside two fifths of it: a drop between the two
-    shares makes it a point. A near copy (Inductor's 0.9 there, 65 KB below) is still left out."""
+    stock's estimate below its 0.4, and per layer on a decoder Inductor's 0.2 lay 2.3% below its 0.3 (measured
+    2.1% above it, and our six segments, left out by it, 11.8% below it): a drop between two fifths and half the
+    resolution leaves it out. A near copy (Inductor's 0.9 there, 65 KB below) is left out too."""
     graph = layers(6)
     stock = candidate_of(graph, partition_of(graph, graph.ids(f"wide{k}" for k in range(6)) + graph.ids(["x"])).saved,
                          "inductor")
@@ -684,7 +685,7 @@ def test_an_offered_partition_needs_its_share_of_the_resolution_to_be_a_point():
     between = drops[k] / (0.45 * stock.peak.peak)  # the drop is 45% of this resolution: above 2/5, below half
     assert int(between * stock.peak.peak) * 2 // 5 < drops[k] < int(between * stock.peak.peak) // 2
     kept = frontier(graph, stock, resolution=between, offered={"inductor budget 0.2": left_out.partition.saved})
-    assert left_out.partition.saved in {p.partition.saved for p in kept.points}
+    assert left_out.partition.saved not in {p.partition.saved for p in kept.points}
     near = frontier(graph, stock, resolution=resolution / OFFERED_SHARE,
                     offered={"inductor budget 0.9": left_out.partition.saved})
     assert left_out.partition.saved not in {p.partition.saved for p in near.points}
