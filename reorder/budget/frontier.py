@@ -30,8 +30,9 @@ of ours instead), and
 * else the cheapest frontier point within the budget, unless it is an
   offered partition that recomputes at least :data:`OFFERED_MARGIN` of the
   step's work (every node's cost once) and a point of ours meets the budget
-  for at most that much more, lying :data:`RESOLUTION` of stock's estimate
-  below it: then the first such point of ours (see below);
+  for at most that much more and lies :data:`RESOLUTION` of stock's
+  estimate below the point before it (every point of ours does but the
+  lowest): then the first such point of ours (see below);
 * else the lowest point (the budget cannot be met: ``feasible`` is False;
   where sizes are symbolic, the cheapest point that meets it at larger
   sizes, see below).
@@ -263,7 +264,7 @@ class Frontier:
 
     def _told_apart(self, j: int) -> bool:
         """Whether point ``j``'s level lies :attr:`resolution` of stock's estimate below the point's before it
-        (stock's for the first). Every point but the lowest does, by how :func:`frontier` keeps them; the lowest
+        (stock's for the first). Every point of ours but the lowest does, by how :func:`frontier` keeps them; the lowest
         may lie closer, and an offered point does not give way to it, since the estimate cannot tell the two
         apart: on GPT-2's step Inductor's 0.1, estimated 2.1% of stock's estimate above our lowest point and
         exact, measured 42,554,444 B where ours measured 44,147,720 B. A point of ours fails this or not
