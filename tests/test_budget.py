@@ -664,7 +664,7 @@ def test_an_offered_partition_needs_its_share_of_the_resolution_to_be_a_point():
     left out by the resolution (2.05 MB): a budget between the two got a point recomputing four times as much, and
     a real peak no lower than Inductor's 0.7 with a step 5.7% slower. On MobileNetV2, Inductor's 0.2 lay 2.2% of
     stock's estimate below its 0.4, and per layer on a decoder Inductor's 0.2 lay 2.3% below its 0.3 (measured
-    2.1% above it, and our six segments, left out by it, 11.8% below it): a drop between two fifths and half the
+    2.1% above it, and our six segments, left out by it, 17.3% below it): a drop between two fifths and half the
     resolution leaves it out. A near copy (Inductor's 0.9 there, 65 KB below) is left out too."""
     graph = layers(6)
     stock = candidate_of(graph, partition_of(graph, graph.ids(f"wide{k}" for k in range(6)) + graph.ids(["x"])).saved,
@@ -874,7 +874,7 @@ def test_an_offered_point_gives_way_only_to_a_point_of_ours_told_apart_from_the_
     estimate, 42,554,444 B. Closer than the resolution the estimate cannot tell two points apart, and the
     frontier keeps only its lowest point that close to the point before it: an offered point gives way only to a
     point of ours more than the resolution below the point before it (per layer, Inductor's 0.3 gave way to our
-    six segments, 5.6% below, measured 24,709,128 B against 22,256,648 B). Whether a point of ours may be given
+    six segments, 5.6% below, measured 24,709,128 B against 20,859,912 B). Whether a point of ours may be given
     way to is the same for every offered point, so the choice stays monotone: a costlier offered point within
     the resolution of ours would otherwise keep a budget between the two above what a larger budget got."""
     from reorder.budget.frontier import OFFERED_MARGIN, RESOLUTION

@@ -128,10 +128,9 @@ RESOLUTION = 0.05
 #: fifths were tried: they made MobileNetV2's Inductor 0.2 a point (estimated 2.2% of stock's estimate below its
 #: 0.4, measured 9,974,864 B against 10,236,944 B), but on the decoder compiled per layer they also made its 0.2 one
 #: (estimated 2.3% below its 0.3, measured 25,234,440 B against 24,709,128 B), which left our six segments out
-#: (3.3% below it, measured 22,256,648 B): a budget of 0.55 got Inductor's 0.3, 0.5 our four segments, and no point
-#: of ours matched Inductor's 0.4 any more (at or below its real peak, within 5% of its step). The estimate
-#: misorders Inductor's own partitions at gaps of 2.3% to 5.8% (BERT-MLM's 0.2 against its 0.5, MobileBERT's 0.2
-#: against its 0.3) and ordered one at 2.2%: half stays.
+#: (3.3% below it): a budget of 0.55 got Inductor's 0.3 (24,709,128 B) where with half it gets our six segments
+#: (20,859,912 B). The estimate misorders Inductor's own partitions at gaps of 2.3% to 5.8% (BERT-MLM's 0.2 against
+#: its 0.5, MobileBERT's 0.2 against its 0.3) and ordered one at 2.2%: half stays.
 OFFERED_SHARE = Fraction(1, 2)
 
 #: How much of the step's work (every node's cost once) the offered partition (Inductor's own) that is the cheapest
