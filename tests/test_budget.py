@@ -877,7 +877,7 @@ def test_an_offered_point_gives_way_only_to_a_point_of_ours_told_apart_from_the_
     six segments, 5.6% below, measured 24,709,128 B against 20,859,912 B). Whether a point of ours may be given
     way to is the same for every offered point, so the choice stays monotone: a costlier offered point within
     the resolution of ours would otherwise keep a budget between the two above what a larger budget got."""
-    from reorder.budget.frontier import OFFERED_MARGIN, RESOLUTION
+    from reorder.budget.frontier import OFFERED_MARGIN
 
     stock = frontier_point(0, 1000)
     work = 1000
