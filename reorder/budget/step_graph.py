@@ -19,7 +19,12 @@ nothing of torch: nodes in the joint graph's order, each with
 * how Inductor's fusion treats it: a ``pointwise`` node gets no buffer of its
   own when every reader is ``fusible`` (it is computed inside their kernels);
   matrix products, convolutions and attention are not fusible, so what they
-  read is materialised;
+  read is materialised; ``heavy``: its code calls an op Inductor counts as
+  heavy on the CPU (``exp``, ``log``, ``sigmoid``, ``tanh``, ...), so that
+  Inductor stores a value whose code calls one (its own, or that of a
+  pointwise node computed inside it) once two nodes read it, rather than
+  compute it again in each reader's kernel; ``reduction``: a reduction (a sum,
+  a mean), whose value Inductor stores for its readers to load;
 * whether it may be recomputed (``recomputable``: not random, not a
   collective, no side effect, not pinned by a checkpoint policy), whether it
   may be saved (``saveable``), and what recomputing it costs (``cost``:
@@ -71,6 +76,8 @@ class StepNodeSpec:
     element_of: str | None = None
     pointwise: bool = False
     fusible: bool = False
+    heavy: bool = False
+    reduction: bool = False
     recomputable: bool = True
     saveable: bool = True
     cost: int = 0
@@ -99,6 +106,8 @@ class StepGraph:
     element_of: tuple[int | None, ...]
     pointwise: tuple[bool, ...]
     fusible: tuple[bool, ...]
+    heavy: tuple[bool, ...]
+    reduction: tuple[bool, ...]
     recomputable: tuple[bool, ...]
     saveable: tuple[bool, ...]
     cost: tuple[int, ...]
@@ -213,6 +222,8 @@ def build_step_graph(nodes: Sequence[StepNodeSpec], forward_outputs: Iterable[st
         element_of=element_of,
         pointwise=tuple(bool(s.pointwise) for s in nodes),
         fusible=tuple(bool(s.fusible) for s in nodes),
+        heavy=tuple(bool(s.heavy) for s in nodes),
+        reduction=tuple(bool(s.reduction) for s in nodes),
         recomputable=tuple(bool(s.recomputable) for s in nodes),
         saveable=tuple(bool(s.saveable) for s in nodes),
         cost=tuple(int(s.cost) for s in nodes),

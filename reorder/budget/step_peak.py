@@ -314,8 +314,9 @@ def _program(graph: StepGraph, name: str, runs: Sequence[int], inputs: dict[int,
 
 
 def _materialised(graph: StepGraph, runs: Sequence[int], in_program: set[int], kept: set[int]) -> set[int]:
-    """Nodes whose value needs a buffer: kept as outputs, or read (through views) by a node that cannot fuse it."""
-    needed = set(kept)
+    """Nodes whose value needs a buffer: kept as outputs, stored where two nodes read it
+    (:func:`_stored_on_reuse`), or read (through views) by a node that cannot fuse it."""
+    needed = set(kept) | _stored_on_reuse(graph, runs, in_program, kept)
     for v in reversed(runs):  # readers come later: a view's need is known before its base's
         if v in needed:
             continue
@@ -325,3 +326,48 @@ def _materialised(graph: StepGraph, runs: Sequence[int], in_program: set[int], k
                 needed.add(v)
                 break
     return needed
+
+
+def _stored_on_reuse(graph: StepGraph, runs: Sequence[int], in_program: set[int], kept: set[int]) -> set[int]:
+    """Pointwise nodes whose value Inductor stores in a buffer of its own on the CPU because two nodes of the program
+    read it (directly or through a view) and its code calls a heavy op
+    (:attr:`~reorder.budget.step_graph.StepGraph.heavy`), where one of those readers runs after a node that cannot
+    fuse and that depends on the value, so that they cannot share one kernel with it.
+
+    Inductor lowers the program's nodes in order, and a pointwise value not stored by then is computed inside its
+    reader, so the reader's code calls what the value's code calls; a value the program keeps, or that a node that
+    cannot fuse it reads, is stored from then on, and its readers' code only loads it. A value stored so whose
+    readers all fuse with it into one kernel is never allocated (the ``kernel_local_buffers`` rule of the compiled
+    code's model), hence the second condition. A recomputing backward stores so, for one, the ``tanh`` of a GPT-2
+    MLP's activation: the activation, which the next layer's recomputed forward reads through a matrix product, and
+    the activation's gradient, which runs after it, both read it."""
+    storage, heavy_code, reused = graph.storage, {}, []
+    for v in runs:
+        if graph.pointwise[v] and graph.view_of[v] is None:
+            heavy_code[v] = v not in kept and (graph.heavy[v] or any(heavy_code.get(storage[a], False)
+                                                                     for a in graph.args[v]))
+        elif not graph.fusible[v]:
+            for a in graph.args[v]:
+                heavy_code[storage[a]] = False
+        root = storage[v]
+        if heavy_code.get(root) and sum(u in in_program for u in graph.users[v]) > 1:
+            reused.append(root)
+            heavy_code[root] = False
+    return {v for v in reused if _read_after_a_kernel_it_feeds(graph, runs, v)}
+
+
+def _read_after_a_kernel_it_feeds(graph: StepGraph, runs: Sequence[int], value: int) -> bool:
+    """Whether a node of ``runs`` reads both something computed from ``value`` inside one kernel with it (through
+    pointwise nodes and views, not through a reduction, whose value is stored) and something a node that cannot
+    fuse made from it: that node runs after the kernel that computes the value and cannot compute it again."""
+    # per node that depends on the value: 1 inside the value's kernel, 2 after a node that cannot fuse read it
+    reach: dict[int, int] = {value: 1}
+    for u in runs[runs.index(value) + 1:]:
+        levels = {reach.get(a, 0) for a in graph.args[u]} - {0}
+        if levels == {1, 2}:
+            return True
+        if 2 in levels or (levels and not graph.fusible[u]):
+            reach[u] = 2
+        elif levels and not graph.reduction[u]:
+            reach[u] = 1
+    return False

@@ -42,6 +42,11 @@ __all__ = ["draws_nothing", "inputs_not_channels_last", "parameter_gradient_byte
 #: Views Inductor lowers as views though their schemas declare no alias.
 _VIEW_TARGETS = ("aten::_unsafe_view",)
 
+#: The ops whose call makes a value's code heavy on the CPU, by the names Inductor's lowering calls them (the
+#: aten op of each name lowers to it): a pointwise value whose code calls one is stored once two nodes read it
+#: (``torch/_inductor/ir.py``: ``StorageBox.should_realize_on_reuse``, the same list in 2.13, 2.14 and 2.15).
+HEAVY_OPS = frozenset({"exp", "log", "log10", "log1p", "log2", "sigmoid", "tanh"})
+
 
 def recompute_policy(node) -> Any:
     """The node's ``torch.utils.checkpoint`` policy (``node.meta["recompute"]``), or None."""
@@ -88,6 +93,15 @@ def _flops(node) -> int | None:
     if packet is aten._scaled_dot_product_flash_attention_for_cpu_backward:
         return int(flop_counter.sdpa_backward_flop_count(args[0], args[1], args[2], args[3]))
     return None
+
+
+def _is_heavy(node) -> bool:
+    """Whether ``node`` calls an op of :data:`HEAVY_OPS` on the CPU (the rule is Inductor's on the CPU only)."""
+    import torch
+
+    val = node.meta.get("val")
+    return (isinstance(node.target, torch._ops.OpOverload) and node.target._opname in HEAVY_OPS
+            and isinstance(val, torch.Tensor) and val.device.type == "cpu")
 
 
 def draws_nothing(node) -> bool:
@@ -169,6 +183,7 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
         static = set(static_lifetime_input_indices or ())
         primals = [n for n in joint_module.graph.nodes if n.op == "placeholder" and _is_primal(n)]
         owned |= {n for k, n in enumerate(primals) if k not in static}
+    heavy_on_reuse = applies("heavy_on_reuse", model_rewrites)
     specs = []
     for node in joint_module.graph.nodes:
         if node.op == "output" or node in addmm.values():
@@ -208,6 +223,8 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
             element_of=parent.name if parent is not None and not view else None,
             pointwise=pointwise,
             fusible=(op_types.is_fusible(node) or node.target is operator.getitem) and product is None,
+            heavy=heavy_on_reuse and _is_heavy(node),
+            reduction=isinstance(node.target, torch._ops.OpOverload) and torch.Tag.reduction in node.target.tags,
             recomputable=_recomputable(node, op_types),
             saveable=not tuple_valued and not isinstance(val, torch.SymFloat) and policy != CheckpointPolicy.MUST_RECOMPUTE,
             cost=0 if view or parent is not None else (flops if flops is not None else numel(val)),

@@ -74,6 +74,13 @@ REWRITES: tuple[Rewrite, ...] = (
             "torch/_inductor/kernel/mm.py, bmm.py: tuned_mm, tuned_addmm, tuned_bmm, tuned_baddbmm (extern ATen "
             "kernels on the CPU); ATen's oneDNN matmul (native/mkldnn/Matmul.cpp)", THROUGH_2_15,
             "tests/test_scratch.py::test_a_reduced_precision_products_scratch_is_what_running_it_allocates"),
+    Rewrite("heavy_on_reuse",
+            "on the CPU, a pointwise value whose code calls a heavy op (exp, log, sigmoid, tanh, ...; its own or that "
+            "of a pointwise value computed inside it) is stored once two nodes read it, not computed again inside "
+            "each reader's kernel",
+            "torch/_inductor/ir.py: StorageBox.should_realize_on_reuse; graph.py: GraphLowering.run_node "
+            "(mark_reuse)", THROUGH_2_15,
+            "tests/test_budget_inductor.py::test_a_heavy_value_two_nodes_read_is_stored_as_inductor_stores_it"),
     Rewrite("backward_addmm",
             "a backward add(mm(a, b), c) is one addmm that runs where the addition runs; of two products added, "
             "the second argument's is folded",
