@@ -297,8 +297,9 @@ def test_a_step_of_two_regions_is_judged_by_the_region_where_its_estimate_peaks(
     """GPT-2's step is compiled in two regions: the model and the loss, which runs between the model's forward and
     backward, on what the model saved (``held_before``) and the logits it handed on. Given what stock's step held
     beside each region (``held_outside`` by region, the row's ``held_outside``), the model region's estimate is
-    the step's: the real peak to the byte at every point but the lowest estimate's, whose compiled graphs the
-    check read at its real peak, above the budget, so not met, as the meter says. The step's budget and estimate
+    the step's: the real peak to the byte at every point but the lowest fraction's, where the loss region's budget
+    falls below its stock estimate and its partition changes (estimated 8 KB below stock's, measured 520 KB above
+    the model region's estimate): above the budget, so not met, as the meter says. The step's budget and estimate
     are the highest of its regions' (each has its own budget: a fraction of its own stock estimate), and its
     verdict is its highest estimate against the step's budget. The loss region, compiled after the other, is not
     checked on its compiled graphs (their inputs include the logits, which Inductor's model of them leaves
@@ -310,9 +311,9 @@ def test_a_step_of_two_regions_is_judged_by_the_region_where_its_estimate_peaks(
     row = budget_row(cached)
     at = {p.fraction: p for p in row.ours}
     assert (at[1.0].budget_bytes, at[1.0].estimate, at[1.0].real_peak) == (59454540, 59454540, 59454540)
-    assert all(p.real_peak == p.estimate == p.compiled_estimate for p in row.ours if p.fraction >= 0.716)
-    lowest = at[0.696]
-    assert (lowest.estimate, lowest.compiled_estimate, lowest.real_peak) == (41330696, 44147720, 44147720)
+    assert all(p.real_peak == p.estimate == p.compiled_estimate for p in row.ours if p.fraction >= 0.699)
+    lowest = at[0.698]
+    assert (lowest.estimate, lowest.compiled_estimate, lowest.real_peak) == (41504844, 41504844, 42024988)
     assert not lowest.feasible and lowest.real_peak > lowest.budget_bytes
     regions = [r for r in cached["variants"]["ours 0.716"]["records"] if r["kind"] == "partition"]
     assert [(r["budget_bytes"], r["compiled_peak"], r["feasible"]) for r in regions] == [
@@ -323,18 +324,18 @@ def test_a_step_of_two_regions_is_judged_by_the_region_where_its_estimate_peaks(
 
 
 def test_a_budget_the_compiled_graphs_exceed_is_not_called_met():
-    """ALBERT-MLM at 0.908: the plan's estimate (38.27 MB) meets the budget (39.04 MB); the code Inductor generated
-    from it allocates 40.01 MB (read from its lines), and the step measures 40.01 MB, 8 B more. The record says not
+    """ALBERT-MLM at 0.913: the plan's estimate (38.01 MB) meets the budget (39.25 MB); the code Inductor generated
+    from it allocates 40.54 MB (read from its lines), and the step measures 40.54 MB, 8 B more. The record says not
     met, so the row is within budget; with the plan's verdict alone it was not."""
     from benchmarks.real.budget_report import budget_row
 
     cached = budget_cached("AlbertForMaskedLM")
     row = budget_row(cached)
-    point = next(p for p in row.ours if p.fraction == 0.908)
+    point = next(p for p in row.ours if p.fraction == 0.913)
     assert point.estimate <= point.budget_bytes < point.compiled_estimate and not point.feasible
     assert point.real_peak > point.budget_bytes * 1.02 and row.within_budget
     assert all(abs(e) < 0.005 for e in row.compiled_errors())  # the generated code's replay within 0.5% of the meter
-    for record in cached["variants"]["ours 0.908"]["records"]:
+    for record in cached["variants"]["ours 0.913"]["records"]:
         if record["kind"] == "partition":
             record["feasible"], record["compiled_peak"] = True, None
     assert not budget_row(cached).within_budget

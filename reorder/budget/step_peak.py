@@ -15,7 +15,11 @@ Each program becomes a :class:`~reorder.graph.Graph` at the level of fused
 kernels: a pointwise node whose readers can all take it into their kernels
 (the ``fusible`` flag) gets no buffer, and its readers read what it read;
 anything a matrix product, convolution, attention or any other non-fusible
-node reads is materialised, and so are the programs' outputs. Views share
+node reads is materialised, and so are the programs' outputs, and, on the
+CPU, a value whose code calls a heavy op that two nodes read where one of
+them runs after a matrix product the other feeds (:func:`_stored_on_reuse`,
+Inductor's ``should_realize_on_reuse``; its other rules, more than four
+buffers read or a long computation, are not modelled). Views share
 their base's storage (aliases), elements of a multi-output node are its
 children. Each program's graph is Inductor's model of it (what
 ``torch/_inductor/memory.py`` estimates); its peak is what Inductor's
@@ -353,16 +357,26 @@ def _stored_on_reuse(graph: StepGraph, runs: Sequence[int], in_program: set[int]
         if heavy_code.get(root) and sum(u in in_program for u in graph.users[v]) > 1:
             reused.append(root)
             heavy_code[root] = False
-    return {v for v in reused if _read_after_a_kernel_it_feeds(graph, runs, v)}
+    if not reused:
+        return set()
+    step = {v: t for t, v in enumerate(runs)}
+    last_read = {v: max((step[u] for u in graph.users[v] if u in step), default=t) for v, t in step.items()}
+    return {v for v in reused if _read_after_a_kernel_it_feeds(graph, runs, step, last_read, v)}
 
 
-def _read_after_a_kernel_it_feeds(graph: StepGraph, runs: Sequence[int], value: int) -> bool:
+def _read_after_a_kernel_it_feeds(graph: StepGraph, runs: Sequence[int], step: dict[int, int],
+                                  last_read: dict[int, int], value: int) -> bool:
     """Whether a node of ``runs`` reads both something computed from ``value`` inside one kernel with it (through
     pointwise nodes and views, not through a reduction, whose value is stored) and something a node that cannot
-    fuse made from it: that node runs after the kernel that computes the value and cannot compute it again."""
+    fuse made from it: that node runs after the kernel that computes the value and cannot compute it again.
+    ``step``: each node's place in ``runs``; ``last_read``: the place of its last reader there (its own if none)."""
     # per node that depends on the value: 1 inside the value's kernel, 2 after a node that cannot fuse read it
     reach: dict[int, int] = {value: 1}
-    for u in runs[runs.index(value) + 1:]:
+    inside_until = last_read[value]  # no node after the last reader of a node inside the kernel reads one
+    for t in range(step[value] + 1, len(runs)):
+        if t > inside_until:
+            return False
+        u = runs[t]
         levels = {reach.get(a, 0) for a in graph.args[u]} - {0}
         if levels == {1, 2}:
             return True
@@ -370,4 +384,5 @@ def _read_after_a_kernel_it_feeds(graph: StepGraph, runs: Sequence[int], value: 
             reach[u] = 2
         elif levels and not graph.reduction[u]:
             reach[u] = 1
+            inside_until = max(inside_until, last_read[u])
     return False

@@ -77,7 +77,8 @@ REWRITES: tuple[Rewrite, ...] = (
     Rewrite("heavy_on_reuse",
             "on the CPU, a pointwise value whose code calls a heavy op (exp, log, sigmoid, tanh, ...; its own or that "
             "of a pointwise value computed inside it) is stored once two nodes read it, not computed again inside "
-            "each reader's kernel",
+            "each reader's kernel; it is allocated where a reader runs after a node that cannot fuse and that "
+            "depends on it (readers that all fuse into its kernel allocate nothing)",
             "torch/_inductor/ir.py: StorageBox.should_realize_on_reuse; graph.py: GraphLowering.run_node "
             "(mark_reuse)", THROUGH_2_15,
             "tests/test_budget_inductor.py::test_a_heavy_value_two_nodes_read_is_stored_as_inductor_stores_it"),
