@@ -842,9 +842,9 @@ def test_the_step_graph_marks_the_heavy_ops_inductor_stores_on_reuse():
     seen = {}
 
     def capture(gm, joint_inputs, **kwargs):
-        for key, rewrites_on in (("on", None), ("off", tuple(m for m in MIRRORED if m != "heavy_on_reuse"))):
+        for key, rewrites_kept in (("on", None), ("off", tuple(m for m in MIRRORED if m != "heavy_on_reuse"))):
             seen[key] = step_graph_from_joint(gm, kwargs["num_fwd_outputs"], kwargs["static_lifetime_input_indices"],
-                                              model_rewrites=rewrites_on)
+                                              model_rewrites=rewrites_kept)
         return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
 
     model = TwoHeads()
@@ -863,7 +863,8 @@ def _one_value_read_twice(heavy: bool, shape: str):
              StepNodeSpec("t", "forward", ["y"], bytes=size, pointwise=True, fusible=True, heavy=heavy, cost=1)]
     pointwise = dict(bytes=size, pointwise=True, fusible=True, cost=1)
     if shape == "across":
-        specs += [StepNodeSpec("a", "forward", ["t"], **pointwise), StepNodeSpec("m", "forward", ["a", "w"], bytes=size),
+        specs += [StepNodeSpec("a", "forward", ["t"], **pointwise),
+                  StepNodeSpec("m", "forward", ["a", "w"], bytes=size),  # a matrix product of t + 1
                   StepNodeSpec("out", "forward", ["t", "m"], **pointwise)]
     elif shape == "within":
         specs += [StepNodeSpec("a", "forward", ["t"], **pointwise), StepNodeSpec("b", "forward", ["t"], **pointwise),
@@ -906,8 +907,8 @@ def test_a_heavy_value_two_nodes_read_is_stored_as_inductor_stores_it(op, shape,
 
 def test_the_rewrites_are_one_ordered_list_each_naming_its_source_and_releases():
     assert MIRRORED == ("layout_optimisation", "layout_copies", "convolution_scratch", "attention_scratch",
-                        "product_scratch", "heavy_on_reuse", "backward_addmm", "in_place_reads", "reuse_keys", "unaligned_in_place",
-                        "concat_views",
+                        "product_scratch", "heavy_on_reuse", "backward_addmm", "in_place_reads", "reuse_keys",
+                        "unaligned_in_place", "concat_views",
                         "kernel_local_buffers", "outer_loop_local_buffers", "kernel_groups")
     assert all(r.mirrors.startswith("torch/") and r.releases and r.tested_by.startswith("tests/") for r in REWRITES)
     # each rule names the supported releases it holds for (its test runs on each in CI) and is on only there
