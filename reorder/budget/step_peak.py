@@ -17,7 +17,8 @@ kernels: a pointwise node whose readers can all take it into their kernels
 anything a matrix product, convolution, attention or any other non-fusible
 node reads is materialised, and so are the programs' outputs, and, on the
 CPU, a value whose code calls a heavy op that two nodes read where one of
-them runs after a matrix product the other feeds (:func:`_stored_on_reuse`,
+them runs after a node that cannot fuse (a matrix product) that the other
+feeds (:func:`_stored_on_reuse`,
 Inductor's ``should_realize_on_reuse``; its other rules, more than four
 buffers read or a long computation, are not modelled). Views share
 their base's storage (aliases), elements of a multi-output node are its
