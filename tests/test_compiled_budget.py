@@ -20,7 +20,7 @@ from reorder.inductor.compiled_budget import (RegionPlan, check_generated, compi
                                               model_of_nodes, note_model, region_of)
 from reorder.inductor.generated_code import AllocationEvent as Event, GeneratedCode
 from reorder.inductor.reorder_pass import choose_order
-from reorder.inductor.session import Session
+from reorder.inductor.session import HookOptions, Session
 from reorder.schedulers import reorder_for_peak_memory
 from reorder.timeline import estimate_peak_memory
 
@@ -254,7 +254,14 @@ def test_a_budget_the_compiled_graphs_exceed_is_not_met_and_warns(caplog):
     assert "NOT met by the compiled graphs' estimate (estimated step peak 2.00 kB -> 1.00 kB, compiled graphs " \
            "1.15 kB;" in session.summary(), session.summary()
     assert "memory budget 1,100 B is met by the partition's estimate (1,000 B) but not by the graphs Inductor " \
-           "compiled from it (1,150 B)" in caplog.text
+           "compiled from it (1,150 B); a fusion that holds a buffer until a late kernel can do this, and " \
+           "fusion_guard_allocated=True refuses those" in caplog.text
+    caplog.clear()
+    session, _ = planned(1100)
+    session.options = HookOptions(fusion_guard_allocated=True)  # already judging so: no advice
+    with caplog.at_level(logging.WARNING, logger="reorder"):
+        compile_both(session)
+    assert caplog.text.rstrip().endswith("compiled from it (1,150 B)"), caplog.text
 
 
 def test_a_fraction_of_one_is_met_by_stocks_partition_whatever_its_graphs_hold_beside_stocks_estimate(caplog):

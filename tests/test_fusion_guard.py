@@ -27,7 +27,12 @@ def test_uuid_changes_with_the_guards_options_and_enters_inductors_cache_key():
     assert len({base, FusionGuard(dataclasses.replace(unbudgeted, fusion_slack_bytes=4096)).uuid(),
                 FusionGuard(dataclasses.replace(unbudgeted, fusion_slack_fraction=0.05)).uuid(),
                 FusionGuard(max_work=10).uuid(),
-                FusionGuard(dataclasses.replace(unbudgeted, memory_budget=0.5)).uuid()}) == 5
+                FusionGuard(dataclasses.replace(unbudgeted, memory_budget=0.5)).uuid(),
+                FusionGuard(dataclasses.replace(unbudgeted, memory_budget=0.5, fusion_guard_allocated=True)).uuid()}
+               ) == 6
+    assert FusionGuard(dataclasses.replace(unbudgeted, fusion_guard_allocated=True)).uuid() == base  # no budget
+    with pytest.raises(ReorderError, match=r"fusion_guard_allocated='yes': expected True or False"):
+        HookOptions(fusion_guard_allocated="yes")
     assert config.inductor_choices_class is None
     keys = []
     for slack in (0, 4096):
@@ -207,6 +212,42 @@ def test_rises_within_the_slack_add_up_unless_the_unfused_peak_is_held(hold, all
     assert guard.finish(scheduler, "accumulation").blocked == (() if not hold else
                                                                ({"nodes": ["add0_add1_add2", "add3"], "peak": 4 * MB,
                                                                  "fused_peak": 5 * MB, "bytes": MB},))
+
+
+@pytest.mark.parametrize("allocated, cpu", [(False, False), (True, False), (True, True)])
+def test_a_fusion_that_raises_only_what_the_code_allocates_is_refused_when_the_guard_judges_allocations(allocated,
+                                                                                                       cpu):
+    """A backward that writes its logits' gradient into the logits (20 KB, in place: Inductor's estimate counts
+    both, 40 KB, and the code 20 KB), then sums a 3 KB value and a 22 KB one into one output, as ALBERT sums a
+    shared parameter's gradient over its layers. Fusing the two sums holds the 3 KB value until the second runs:
+    the code's peak rises from 23,000 B to 25,002 B, the estimate's stays at its in-place 40,000 B. Held at the
+    unfused peak, the guard allows it by the estimate; with ``fusion_guard_allocated`` it refuses it and says by
+    which model. On the CPU the generated kernels gather into kernel groups that free their dead buffers when an
+    extern kernel (the matrix products here) flushes them: the same peaks, each buffer dying before one."""
+    from reorder.graph import BufferSpec, NodeSpec, build_graph
+    from reorder.inductor.fusion_guard import _SchedulerView
+
+    graph = build_graph([
+        NodeSpec("logits", [BufferSpec("L", 20_000)]),
+        NodeSpec("grad", [BufferSpec("G", 20_000)], reads=["L"]),  # a generated kernel: written into L
+        NodeSpec("layer1", [BufferSpec("A", 3_000)], reads=["G"]),
+        NodeSpec("sum1", [BufferSpec("S1", 1)], reads=["A"]),
+        NodeSpec("layer2", [BufferSpec("W", 22_000)]),
+        NodeSpec("sum2", [BufferSpec("S2", 1)], reads=["W"]),
+        NodeSpec("out", [BufferSpec("O", 1)], reads=["S1", "S2"]),
+    ], [], ["O"], name="shared")
+    scheduler = FakeScheduler(graph.node_names)
+    guard = FusionGuard(HookOptions(memory_budget=0.5, fusion_guard_allocated=allocated))
+    view = guard._view = _SchedulerView(scheduler, hold=True, allocated=allocated)
+    view.base, view.base_of_op = graph, {name: v for v, name in enumerate(graph.node_names)}
+    view.rank = list(range(graph.num_nodes))
+    view.generated = [False, True, False, True, False, True, True] if allocated else None  # matmuls are extern
+    view.grouped = view.generated if cpu else None
+    fused = scheduler.name_to_fused_node
+    assert guard.allows(scheduler, fused["sum1"], fused["sum2"]) is not allocated
+    assert guard.finish(scheduler, "shared").blocked == (() if not allocated else (
+        {"nodes": ["sum1", "sum2"], "peak": 23_000, "fused_peak": 25_002, "bytes": 2_002, "model": "allocated"},))
+    assert view.allocated_ceiling == (23_000 if allocated else None)
 
 
 def test_a_fused_node_holding_an_operation_it_never_saw_turns_the_guard_off(caplog):

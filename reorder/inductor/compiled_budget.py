@@ -631,9 +631,12 @@ def amend(session: Session, plan: RegionPlan) -> None:
     session.replace(record, amended)
     plan.record = amended
     if record.feasible and not amended.feasible:
+        hint = ("" if session.options.fusion_guard_allocated else
+                "; a fusion that holds a buffer until a late kernel can do this, and fusion_guard_allocated=True "
+                "refuses those that raise what the code allocates")
         log.warning("reorder: %s: memory budget %s B is met by the partition's estimate (%s B) but not by the "
-                    "graphs Inductor compiled from it (%s B)", region_of(record.graph)[0],
-                    f"{record.budget_bytes:,}", f"{record.peak:,}", f"{compiled:,}")
+                    "graphs Inductor compiled from it (%s B)%s", region_of(record.graph)[0],
+                    f"{record.budget_bytes:,}", f"{record.peak:,}", f"{compiled:,}", hint)
 
 
 def model_of_nodes(session: Session | None, graph_name: str, nodes: list, graph: Graph,

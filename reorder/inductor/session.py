@@ -106,6 +106,21 @@ class HookOptions:
         region the ``memory_budget`` partitioned (a training step's), and
         leaves other graphs (inference) to Inductor (:attr:`guards_fusions`).
     fusion_slack_bytes, fusion_slack_fraction: the rise the guard tolerates.
+    fusion_guard_allocated: in the graphs of the regions the ``memory_budget``
+        partitioned, the guard also judges each fusion it allows by what the
+        generated code will allocate (in-place writes, the reuse pool and the
+        C++ backend's kernel groups, the rules the reorder pass orders those
+        graphs by), not only by
+        Inductor's estimate, which counts no in-place write: a fusion that
+        holds a buffer until a late kernel is refused where it raises the
+        allocated peak by more than the slack and above the unfused list's
+        allocated peak plus the slack
+        (:meth:`~reorder.inductor.fusion_guard.FusionGuard.raises_allocation`).
+        Off by default: measured on some of the benchmark's points only
+        (docs/measured.md, "Where the compiled backward allocates more than
+        the plan"), where it lowered ALBERT-MLM at 0.942 by 2.1 MB and the
+        decoder at 0.7 by 4.4%, changed nothing on 13 of 18 points, and added
+        up to 2.8 s to a compile.
     memory_budget: a budget for each training step's peak, for which the
         partitioner chooses what the backward recomputes
         (:class:`~reorder.inductor.partitioner.BudgetPartitioner`): an ``int``
@@ -174,6 +189,7 @@ class HookOptions:
     fusion_guard: bool | None = None
     fusion_slack_bytes: int = 0
     fusion_slack_fraction: float = 0.01
+    fusion_guard_allocated: bool = False
     memory_budget: int | float | None = 1.0
     region_calls: int = 1
     held_outside: int | tuple | Mapping[int, int | tuple] = (0, 0, 0)
@@ -216,7 +232,7 @@ class HookOptions:
             if not isinstance(self.capture_dir, (str, os.PathLike)):
                 raise ReorderError(f"hook option capture_dir={self.capture_dir!r}: expected a folder path")
             object.__setattr__(self, "capture_dir", Path(self.capture_dir))
-        for name in ("keep_inductor_pass", "compare", "slab", "poison", "scalar_aliases"):
+        for name in ("keep_inductor_pass", "compare", "slab", "poison", "scalar_aliases", "fusion_guard_allocated"):
             if not isinstance(getattr(self, name), bool):
                 raise ReorderError(f"hook option {name}={getattr(self, name)!r}: expected True or False")
         if self.fusion_guard is not None and not isinstance(self.fusion_guard, bool):
@@ -527,7 +543,8 @@ class SlabRecord(_Record):
 @dataclass(frozen=True)
 class GuardRecord(_Record):
     """What the fusion guard did in one graph: ``checks`` (fusions judged), ``blocked`` (one dict per fusion
-    refused: ``nodes``, ``peak``, ``fused_peak``, ``bytes``), ``avoided_by_reordering`` (rises the reorder pass
+    refused: ``nodes``, ``peak``, ``fused_peak``, ``bytes``; with ``"model": "allocated"`` where the peaks are of
+    what the generated code allocates, ``fusion_guard_allocated``), ``avoided_by_reordering`` (rises the reorder pass
     undoes, so allowed), ``work`` (its count of effort), ``budget_exhausted``, ``rebuilds``, ``seconds``,
     ``failed`` (the error that turned it off for this graph, if any); ``replayed``: whether its answers were
     those the guard gave the same graph earlier in the session (a recompile, or each layer compiled on its own),
