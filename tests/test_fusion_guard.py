@@ -222,8 +222,9 @@ def test_a_fusion_that_raises_only_what_the_code_allocates_is_refused_when_the_g
     shared parameter's gradient over its layers. Fusing the two sums holds the 3 KB value until the second runs:
     the code's peak rises from 23,000 B to 25,002 B, the estimate's stays at its in-place 40,000 B. Held at the
     unfused peak, the guard allows it by the estimate; with ``fusion_guard_allocated`` it refuses it and says by
-    which model. On the CPU the generated kernels gather into kernel groups that free their dead buffers when an
-    extern kernel (the matrix products here) flushes them: the same peaks, each buffer dying before one."""
+    which model. On the CPU the generated kernels gather into kernel groups, which free their dead buffers when an
+    extern kernel flushes them; here the matrix products (extern) flush each group where its buffers die, so the
+    peaks are the same."""
     from reorder.graph import BufferSpec, NodeSpec, build_graph
     from reorder.inductor.fusion_guard import _SchedulerView
 
