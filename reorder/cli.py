@@ -648,6 +648,7 @@ def compare_arguments(p: argparse.ArgumentParser) -> None:
                         f"forwards run / between / while the backwards run, the last by backward call as "
                         f"B0+B1+..., as session.measure_step names them; "
                         f"by region number, +held=0:F/M/B;1:N, quoted), "
+                        f"budget:0.5+allocated (last: use(fusion_guard_allocated=True)), "
                         f"inductor-budget:F (stock with Inductor's own activation_memory_budget=F)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--out", default="compare-out",

@@ -57,6 +57,9 @@ VARIANTS: dict[str, dict | None] = {
 }
 
 #: Byte units a budget may be written in.
+#: The suffix of a budget variant whose fusion guard also judges what the generated code allocates.
+ALLOCATED = "+allocated"
+
 UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 
 
@@ -88,7 +91,8 @@ class Variant:
         ``session.measure_step`` names them (a unit is optional: ``+held=8MB``;
         ``+held=F/M/B0+B1+B2`` gives the backward's bytes by call);
         by region number, ``+held=0:F/M/B;1:N`` is ``held_outside={0: (F, M,
-        B), 1: N}``.
+        B), 1: N}``. ``+allocated`` at the end is ``fusion_guard_allocated=True``
+        (the fusion guard also judges by what the generated code allocates).
         ``inductor-budget:F`` is stock with Inductor's own
         ``activation_memory_budget=F``, F in [0, 1].
         """
@@ -96,6 +100,8 @@ class Variant:
         if name in VARIANTS and not colon:
             return cls(spec, VARIANTS[name])
         if name == "budget" and value:
+            allocated = value.endswith(ALLOCATED)
+            value = value.removesuffix(ALLOCATED)
             value, plus, held = value.partition("+")
             value, x, calls = value.partition("x")
             hook = {"memory_budget": budget_value(value, spec)}
@@ -106,6 +112,8 @@ class Variant:
                 hook["region_calls"] = int(calls)
             if plus:
                 hook["held_outside"] = held_value(held, spec)
+            if allocated:
+                hook["fusion_guard_allocated"] = True
             return cls(spec, hook)
         if name == "inductor-budget" and value:
             try:
@@ -116,8 +124,8 @@ class Variant:
                 raise ReorderError(f"variant {spec!r}: Inductor's activation_memory_budget is a fraction in [0, 1]")
             return cls(spec, None, (("activation_memory_budget", fraction),))
         raise ReorderError(f"variant {spec!r}: known variants are {', '.join(VARIANTS)}, budget:FRACTION, "
-                           f"budget:BYTES (with a unit: 12MB, 1.5GiB), either followed by xCALLS and +held=BYTES, and "
-                           f"inductor-budget:FRACTION")
+                           f"budget:BYTES (with a unit: 12MB, 1.5GiB), either followed by xCALLS, +held=BYTES and "
+                           f"{ALLOCATED}, and inductor-budget:FRACTION")
 
     @contextlib.contextmanager
     def context(self) -> Iterator:

@@ -176,6 +176,9 @@ def test_the_plot_and_the_table_put_each_variants_real_peak_beside_its_step_time
                                           "held_outside": {0: (0, 40_000_000, 1_000_000), 1: 4}}, ()),
     ("budget:0.5x3+held=0/8MB/1MB+2MB+3", {"memory_budget": 0.5, "region_calls": 3,
                                            "held_outside": (0, 8_000_000, (1_000_000, 2_000_000, 3))}, ()),
+    ("budget:0.9+allocated", {"memory_budget": 0.9, "fusion_guard_allocated": True}, ()),
+    ("budget:0.5x3+held=1/2/3+4+allocated", {"memory_budget": 0.5, "region_calls": 3, "held_outside": (1, 2, (3, 4)),
+                                             "fusion_guard_allocated": True}, ()),
 ])
 def test_variant_specs_name_hook_options_or_inductors_own_budget(spec, hook, functorch):
     variant = Variant.parse(spec)
@@ -204,6 +207,8 @@ def test_variant_specs_name_hook_options_or_inductors_own_budget(spec, hook, fun
     ("budget:0.5+held=1+2", "the last one per backward call"),
     ("budget:0.5+held=1/2/3+", "each a whole number of bytes"),
     ("budget:0.5+outside=5", "'+held=' takes the bytes the step's eager code holds"),
+    ("budget:0.5+allocated+held=5", "'+held=' takes the bytes the step's eager code holds"),
+    ("budget:+allocated", "a budget is a fraction of stock's estimated step peak in (0, 1]"),
 ])
 def test_bad_variant_specs_are_one_line_naming_the_spec(spec, message):
     with pytest.raises(ReorderError) as caught:
@@ -309,7 +314,8 @@ def test_unknown_variant_is_one_line_and_exit_2(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip() == ("reorder: error: --variants 'stock,fast': variant 'fast': known variants are stock, "
                                    "hook, slab, guard, budget:FRACTION, budget:BYTES (with a unit: 12MB, 1.5GiB), "
-                                   "either followed by xCALLS and +held=BYTES, and inductor-budget:FRACTION")
+                                   "either followed by xCALLS, +held=BYTES and +allocated, and "
+                                   "inductor-budget:FRACTION")
 
 
 TRAINING_SCRIPT = textwrap.dedent('''
