@@ -56,10 +56,10 @@ VARIANTS: dict[str, dict | None] = {
     "guard": {"fusion_guard": True},
 }
 
-#: Byte units a budget may be written in.
 #: The suffix of a budget variant whose fusion guard also judges what the generated code allocates.
 ALLOCATED = "+allocated"
 
+#: Byte units a budget may be written in.
 UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 
 
