@@ -104,6 +104,7 @@ import logging
 import time
 import weakref
 from dataclasses import dataclass
+from typing import Sequence
 
 from ..errors import ReorderError
 from ..budget.allocation_model import AllocationModel
@@ -233,20 +234,19 @@ class _SchedulerView:
         there; dead storage goes to the reuse pool by its bytes; on the CPU a fused node whose members all join
         the C++ backend's kernel groups joins them too); None for a cycle. Its work, the fused list's nodes and
         edges, goes on the count."""
-        graph, grouped = self.profile.graph, self.fused_grouped
+        graph = self.profile.graph
         if self.allocated_peak is None:
-            self.allocated_peak = AllocationModel.build(graph, self.fused_generated, grouped=grouped).peak(
+            self.allocated_peak = AllocationModel.build(graph, self.fused_generated, grouped=self.fused_grouped).peak(
                 range(graph.num_nodes))
             self.work += graph.num_nodes + graph.num_edges
         groups = fusion_groups(graph, first, second)
         if groups is None:
             return None
         fused = fused_graph(graph, groups)
-        generated = [any(self.fused_generated[v] for v in group) for group in groups]
-        in_groups = None if grouped is None else [all(grouped[v] for v in group) for group in groups]
+        generated, grouped = _kernel_kinds(self.fused_generated, self.fused_grouped, groups)
         work = fused.num_nodes + fused.num_edges
         self.work += work
-        model = AllocationModel.build(fused, generated, grouped=in_groups)
+        model = AllocationModel.build(fused, generated, grouped=grouped)
         return FusionCheck(self.allocated_peak, model.peak(range(fused.num_nodes)), work)
 
     def unfused_allocated_peak(self) -> int:
@@ -294,15 +294,22 @@ class _SchedulerView:
         self.current = current
         self.position = {id(current[i]): step for step, i in enumerate(order)}
         if self.generated is not None:
-            self.fused_generated = [any(self.generated[v] for v in groups[i]) for i in order]
-            if self.grouped is not None:
-                self.fused_grouped = [all(self.grouped[v] for v in groups[i]) for i in order]
+            self.fused_generated, self.fused_grouped = _kernel_kinds(self.generated, self.grouped,
+                                                                     [groups[i] for i in order])
             self.allocated_peak = None
         self.decided = {}
         self.best_peak = None
         self.last_allowed = None
         self.rebuilds += 1
         return self.base.num_nodes + self.base.num_edges
+
+
+def _kernel_kinds(generated: Sequence[bool], grouped: Sequence[bool] | None, groups: Sequence[Sequence[int]]
+                  ) -> tuple[list[bool], list[bool] | None]:
+    """Per group of nodes fused into one: whether Inductor generates its kernel (one of its members is a kernel it
+    generates) and whether it joins the C++ backend's kernel groups (all of its members do; None off the CPU)."""
+    return ([any(generated[v] for v in group) for group in groups],
+            None if grouped is None else [all(grouped[v] for v in group) for group in groups])
 
 
 class FusionGuard(_inductor_choices_base(), SessionBound):
