@@ -251,6 +251,49 @@ def test_a_fusion_that_raises_only_what_the_code_allocates_is_refused_when_the_g
     assert view.allocated_ceiling == (23_000 if allocated else None)
 
 
+class FakeCpuNode(FakeNode):
+    """A scheduler node of a CPU graph as :func:`~reorder.inductor.compiled_budget.kernel_groups` reads it."""
+
+    def __init__(self, names, extern=False):
+        super().__init__(names)
+        self.extern = extern
+
+    def get_device(self):
+        return torch.device("cpu")
+
+    def is_extern(self):
+        return self.extern
+
+    def is_template(self):
+        return False
+
+
+@pytest.mark.parametrize("rewrites, grouped", [(None, True), ("without kernel_groups", False)])
+def test_the_guards_allocation_model_counts_kernel_groups_only_where_model_rewrites_keeps_them(monkeypatch, rewrites,
+                                                                                               grouped):
+    """The guard's model of what the code allocates honours ``model_rewrites`` as the reorder pass's model of the
+    same graph does (:func:`~reorder.inductor.compiled_budget.model_of_nodes`): with ``kernel_groups`` left out,
+    a CPU graph's fused lists are judged without the C++ kernel groups, and the answers it keeps for a recompile
+    are keyed apart."""
+    from test_fusion import accumulation
+
+    import reorder.inductor.fusion_guard as fusion_guard
+    from reorder.inductor.rewrites import MIRRORED
+
+    graph = accumulation(2)
+    scheduler = FakeScheduler(graph.node_names)
+    scheduler.nodes = [FakeCpuNode([name], extern=name.startswith("mm")) for name in graph.node_names]
+    monkeypatch.setattr(fusion_guard, "partitioned", lambda session, name: True)  # a graph the budget partitioned
+    monkeypatch.setattr(fusion_guard, "graph_from_scheduler", lambda nodes, name, scheduler: (graph, None))
+    kept = None if rewrites is None else tuple(m for m in MIRRORED if m != "kernel_groups")
+    guard = FusionGuard(HookOptions(memory_budget=0.5, fusion_guard_allocated=True, model_rewrites=kept))
+    assert guard.allows(scheduler, scheduler.name_to_fused_node["add0"], scheduler.name_to_fused_node["add1"])
+    view = guard._view
+    assert view.allocated and view.generated == [True] * graph.num_nodes  # fake nodes: none is Inductor's extern class
+    assert view.grouped == ([not name.startswith("mm") for name in graph.node_names] if grouped else None)
+    assert guard._answers_key(view)[4] is grouped
+
+
 def test_a_fused_node_holding_an_operation_it_never_saw_turns_the_guard_off(caplog):
     """The guard's list is the first (unfused) one's nodes grouped; a fused node with an operation outside it would
     be judged from part of its members, so the guard stops, warns and allows the fusion, as stock."""

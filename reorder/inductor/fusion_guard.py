@@ -113,6 +113,7 @@ from ..fusion import (CONFIRM_METHODS, FusionCheck, PeakProfile, fused_graph, fu
 from ..schedulers import RECHECK_METHODS, reorder_for_peak_memory
 from .adapter import graph_being_compiled, graph_from_scheduler
 from .compiled_budget import generated_kernels, kernel_groups, partitioned
+from .rewrites import applies
 from .session import GuardRecord, HookOptions, Session, SessionBound, source_hash
 
 __all__ = ["FusionGuard", "choices_factory", "finish_guard", "forget_cached_choices", "users_choices_handler"]
@@ -143,14 +144,18 @@ class _SchedulerView:
     ``judged``: whether the guard judges this graph's fusions at all (else it allows every one, as stock, and
     records nothing); ``hold``: whether the unfused list's peak plus the slack is a ceiling (``hold_unfused_peak``,
     in a graph of a region the memory budget partitioned); ``allocated``: whether a fusion the estimate allows is
-    judged again by what the generated code allocates (``fusion_guard_allocated``, in a held graph)."""
+    judged again by what the generated code allocates (``fusion_guard_allocated``, in a held graph);
+    ``kernel_groups``: whether that judgement counts the C++ backend's kernel groups (the ``kernel_groups`` rule
+    of ``model_rewrites``, which the reorder pass's model of the same graph honours too)."""
 
-    def __init__(self, scheduler, judged: bool = True, hold: bool = False, allocated: bool = False):
+    def __init__(self, scheduler, judged: bool = True, hold: bool = False, allocated: bool = False,
+                 kernel_groups: bool = True):
         self.scheduler = weakref.ref(scheduler)
         self.graph_name = graph_being_compiled()
         self.judged = judged
         self.hold = hold
         self.allocated = allocated
+        self.kernel_groups = kernel_groups
         self.generated: list[bool] | None = None  # per node of the first list: a kernel Inductor generates
         self.grouped: list[bool] | None = None  # per node of the first list: in a C++ kernel group (CPU only)
         self.allocated_ceiling: int | None = None  # the unfused list's allocated peak, in ``rank`` order, once asked
@@ -215,7 +220,8 @@ class _SchedulerView:
         nodes = list(scheduler.nodes)
         self.base, _ = graph_from_scheduler(nodes, self.graph_name, scheduler=scheduler)
         if self.allocated:
-            self.generated, self.grouped = generated_kernels(nodes), kernel_groups(nodes)
+            self.generated = generated_kernels(nodes)
+            self.grouped = kernel_groups(nodes) if self.kernel_groups else None
         self.base_of_op = {op: i for i, node in enumerate(nodes) for op in node.get_operation_names()}
         self.rank = [0] * self.base.num_nodes
         for step, v in enumerate(reorder_for_peak_memory(self.base, RECHECK_METHODS, log_level=logging.DEBUG).order):
@@ -377,7 +383,8 @@ class FusionGuard(_inductor_choices_base(), SessionBound):
         Inductor."""
         held = self.hold_unfused_peak and partitioned(self.session, graph_being_compiled())
         return _SchedulerView(scheduler, bool(self.options.fusion_guard) or held, held,
-                              held and self.options.fusion_guard_allocated)
+                              held and self.options.fusion_guard_allocated,
+                              applies("kernel_groups", self.options.model_rewrites))
 
     def uuid(self) -> str:
         """Stable across processes: our sources and the options that change which fusions happen."""
@@ -428,8 +435,8 @@ class FusionGuard(_inductor_choices_base(), SessionBound):
 
     def _answers_key(self, view: _SchedulerView) -> tuple:
         """Everything the guard's answers in ``view`` depend on but the questions: the graph and the options."""
-        return ("fusion guard answers", view.base.content_digest, view.hold, view.allocated, self.slack_bytes,
-                self.slack_fraction, self.max_work)
+        return ("fusion guard answers", view.base.content_digest, view.hold, view.allocated, view.kernel_groups,
+                self.slack_bytes, self.slack_fraction, self.max_work)
 
     def _answers_of(self, view: _SchedulerView) -> Answers | None:
         session = self.session
