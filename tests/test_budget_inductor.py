@@ -838,20 +838,79 @@ def test_an_addition_of_two_products_folds_the_product_inductor_folds():
 
 def test_the_step_graph_marks_the_heavy_ops_inductor_stores_on_reuse():
     """A node calling ``tanh`` (on the CPU) is heavy in the step graph, the ``relu`` beside it is not, and with the
-    rule switched off none is."""
+    rule switched off none is. The step graph carries Inductor's ``realize_reads_threshold`` as this process has it
+    (patched here), and None with ``reads_on_reuse`` switched off."""
+    from torch._inductor import config
+
     seen = {}
 
     def capture(gm, joint_inputs, **kwargs):
-        for key, rewrites_kept in (("on", None), ("off", tuple(m for m in MIRRORED if m != "heavy_on_reuse"))):
+        for key, rule in (("on", None), ("off", "heavy_on_reuse"), ("no reads", "reads_on_reuse")):
             seen[key] = step_graph_from_joint(gm, kwargs["num_fwd_outputs"], kwargs["static_lifetime_input_indices"],
-                                              model_rewrites=rewrites_kept)
+                                              model_rewrites=None if rule is None else
+                                              tuple(m for m in MIRRORED if m != rule))
         return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
 
     model = TwoHeads()
-    run(step_of(model, capture), model, torch.randn(4, 16))
+    with config.patch(realize_reads_threshold=7):
+        run(step_of(model, capture), model, torch.randn(4, 16))
     on, off = seen["on"], seen["off"]
     assert [on.node_names[v] for v in range(on.num_nodes) if on.heavy[v]] == ["tanh"]
     assert "relu" in on.index and not any(off.heavy)
+    assert (on.realize_reads, off.realize_reads, seen["no reads"].realize_reads) == (7, 7, None)
+
+
+def _value_of_many_reads(reads: int, realize_reads: int | None):
+    """The step graph of ``f`` in :func:`test_a_value_whose_code_reads_many_buffers_is_stored_once_two_nodes_read_it`,
+    forward only: ``t``, computed from ``reads`` inputs by pointwise nodes, read by ``(t + 1) @ w`` and by the
+    product of ``t`` and that."""
+    size = 64 * 64 * 4
+    pointwise = dict(bytes=size, pointwise=True, fusible=True, cost=1)
+    specs = [StepNodeSpec("w", "primal", bytes=size),
+             *(StepNodeSpec(f"x{k}", "primal", bytes=size) for k in range(reads))]
+    value = "x0"
+    for k in range(1, reads):
+        specs += [StepNodeSpec(f"m{k}", "forward", [value, f"x{k}"], **pointwise),
+                  StepNodeSpec(f"a{k}", "forward", [f"m{k}"], **pointwise)]
+        value = f"a{k}"
+    specs += [StepNodeSpec("t", "forward", [value], **pointwise), StepNodeSpec("u", "forward", ["t"], **pointwise),
+              StepNodeSpec("mm", "forward", ["u", "w"], bytes=size),
+              StepNodeSpec("out", "forward", ["t", "mm"], **pointwise)]
+    return build_step_graph(specs, ["out"], [], realize_reads=realize_reads)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("reads", [4, 5])
+def test_a_value_whose_code_reads_many_buffers_is_stored_once_two_nodes_read_it(reads):
+    """Inductor stores a pointwise value whose code reads more buffers than ``realize_reads_threshold`` (4) once
+    two nodes read it, on any device: ``t``, computed from five inputs, is stored by the kernel before the matrix
+    product and loaded by the one after it; computed from four, each kernel computes it again from the inputs. The
+    model of the program gives ``t`` a buffer where Inductor stores it, and none with the rule switched off (a
+    recomputing MobileNetV2 backward held each batch normalisation's output, which reads five, across the
+    convolutions between its activation and the activation's gradient: 1.57 MB its partition's estimate missed)."""
+    from torch._inductor import config
+    from torch._inductor.utils import run_and_get_code
+
+    from reorder.inductor.joint_adapter import _realize_reads_threshold
+
+    def f(w, *xs):
+        t = xs[0]
+        for x in xs[1:]:
+            t = (t * x) + 1
+        return t * ((t + 1) @ w)
+
+    with torch.no_grad():
+        _, (code,) = run_and_get_code(torch.compile(f), torch.randn(64, 64),
+                                      *(torch.randn(64, 64) for _ in range(reads)))
+    kernels = [k.split("''')")[0] for k in code.split("async_compile.cpp_pybinding")[1:]]
+    loads = [len(set(re.findall(r"\bin_ptr\d+", k))) for k in kernels]
+    stored = reads > config.realize_reads_threshold
+    assert len(kernels) == 2 and loads == ([reads, 1] if stored else [reads, reads])  # computed once, or twice
+    assert _realize_reads_threshold() == config.realize_reads_threshold == 4
+    for realize_reads, buffer in ((_realize_reads_threshold(), stored), (None, False)):
+        graph = _value_of_many_reads(reads, realize_reads)
+        forward, _ = programs_of(graph, partition_of(graph, []))
+        assert ("t" in forward.graph.buffer_names) == buffer
 
 
 def _one_value_read_twice(heavy: bool, shape: str):
@@ -907,8 +966,8 @@ def test_a_heavy_value_two_nodes_read_is_stored_as_inductor_stores_it(op, shape,
 
 def test_the_rewrites_are_one_ordered_list_each_naming_its_source_and_releases():
     assert MIRRORED == ("layout_optimisation", "layout_copies", "convolution_scratch", "attention_scratch",
-                        "product_scratch", "heavy_on_reuse", "backward_addmm", "in_place_reads", "reuse_keys",
-                        "unaligned_in_place", "concat_views",
+                        "product_scratch", "heavy_on_reuse", "reads_on_reuse", "backward_addmm", "in_place_reads", "reuse_keys",
+                        "unaligned_in_place", "element_reuse", "concat_views",
                         "kernel_local_buffers", "outer_loop_local_buffers", "kernel_groups")
     assert all(r.mirrors.startswith("torch/") and r.releases and r.tested_by.startswith("tests/") for r in REWRITES)
     # each rule names the supported releases it holds for (its test runs on each in CI) and is on only there

@@ -274,8 +274,9 @@ def _plan(records: list[dict]) -> list[tuple]:
 def refresh_records(name: str) -> list[str]:
     """Our variants of ``name``'s cached row compiled again, one step measured: where the plan (:func:`_plan`) and
     the real peak are the cached ones, the same program ran, and the cached records are replaced by the new
-    ones (which newer records extend, the compiled graphs' check for one). Returns the variants that differ:
-    their rows need measuring again (``--again``)."""
+    ones (which newer records extend, the compiled graphs' check for one). Returns the variants that differ, each
+    with its cached and new real peak and whether its plan changed: their rows need measuring again
+    (``--again``)."""
     from torch._dynamo import config as dynamo_config
     from torch._inductor import config
 
@@ -294,10 +295,12 @@ def refresh_records(name: str) -> list[str]:
         gc.collect()
         peak = measure(p.step, "cpu").peak
         p.reset()
-        if peak == cached["real_peak"] and _plan(p.records) == _plan(cached["records"]):
+        same_plan = _plan(p.records) == _plan(cached["records"])
+        if peak == cached["real_peak"] and same_plan:
             cached["records"] = p.records
         else:
-            differ.append(variant_name)
+            differ.append(f"{variant_name} ({cached['real_peak']:,} B -> {peak:,} B"
+                          f"{'' if same_plan else ', another plan'})")
     path.write_text(json.dumps(row) + "\n")
     torch._dynamo.reset()
     return differ

@@ -48,7 +48,12 @@ and ``Scheduler.decide_inplace_update``, torch 2.13):
   its kept order 790,528 B below what its code allocates.
 
 Only buffers the program allocated, and donated inputs (saved values the
-backward owns), can be handed on; views and multi-output kernels' storage cannot. A
+backward owns), can be handed on; views and multi-output kernels' tuples cannot,
+and their elements only where the compiled graph says the wrapper pools them
+(a CPU attention's gradients: pooling none, the model put an order of a
+decoder's backward under autocast at 0.4 at 3,249,920 B, where its code
+allocates 3,348,096 B; pooling them, it is the code's peak to the byte, and
+the order chosen on it allocates 3,171,072 B). A
 donated input hands its storage on only in place: the wrapper frees a graph
 input with a plain ``del`` that never enters the pool
 (``PythonWrapperCodegen.codegen_free``).
@@ -165,14 +170,17 @@ class AllocationModel:
               pooled_inputs: bool = False, reuse_keys: Mapping[str, tuple] | None = None,
               views: Mapping[str, str] | None = None, unaligned: Collection[str] = (),
               unaligned_keys: Mapping[str, tuple] | None = None,
-              input_bytes: Mapping[str, int | str] | None = None) -> AllocationModel:
+              input_bytes: Mapping[str, int | str] | None = None,
+              pooled_elements: Collection[str] = ()) -> AllocationModel:
         """The model of ``graph`` with the inputs named in ``free_inputs`` at zero bytes (they live before the
         program and after it), the inputs named in ``donated`` free to hand on their storage once they die, each
         node's workspace added to its ``scratch``, and ``writable``, ``local``, ``reuse_keys``, ``views`` (view
         -> the buffer it views, :attr:`view_of`), ``unaligned`` and ``unaligned_keys`` (:attr:`unaligned_key`)
         given by buffer names; ``input_bytes``: the storage each input the program frees returns, by name, where
         the graph counts Inductor's estimate of it (:meth:`~reorder.graph.Graph.with_input_bytes`; ``decided_by``
-        then keeps the estimate's sizes, which the wrapper decides its reuses by)."""
+        then keeps the estimate's sizes, which the wrapper decides its reuses by); ``pooled_elements``: the
+        multi-output kernels' elements whose storage the wrapper pools once they die (:func:`storage_handed_on`:
+        the step's programs, whose kernels Inductor has not lowered yet, name none)."""
         if input_bytes:
             stored = graph.with_input_bytes(input_bytes)
             if stored is not graph and decided_by is None:
@@ -189,7 +197,8 @@ class AllocationModel:
         view_of = None
         if views and any(name in index and views[name] in index for name in views):
             view_of = tuple(index.get(views[name]) if name in views else None for name in graph.buffer_names)
-        return cls(graph, tuple(generated), storage_handed_on(graph, donated), during if any(during) else None,
+        return cls(graph, tuple(generated), storage_handed_on(graph, donated, pooled_elements),
+                   during if any(during) else None,
                    decided_by, tuple(grouped) if grouped is not None else None, into,
                    frozenset(index[b] for b in local if b in index), pooled_inputs, keys, view_of,
                    unaligned=frozenset(index[b] for b in unaligned if b in index), unaligned_key=keys_unaligned)
@@ -444,13 +453,16 @@ class _Rules(NamedTuple):
     elements: tuple[tuple[int, int], ...]
 
 
-def storage_handed_on(graph: Graph, donated: Collection[str] = frozenset()) -> tuple[bool, ...]:
+def storage_handed_on(graph: Graph, donated: Collection[str] = frozenset(),
+                      elements: Collection[str] = frozenset()) -> tuple[bool, ...]:
     """Per buffer: its storage may go on to another buffer once it dies. Only a buffer the program allocated, or
-    an input named in ``donated`` (a saved value the backward owns), can hand it on; views, multi-output
-    parents and their elements cannot (the wrapper neither pools an element's storage nor writes into it:
-    ``FreeIfNotReusedLine.plan``, ``decide_inplace_update``)."""
-    return tuple(not graph.children[b] and graph.parent[b] is None and graph.alias_of[b] is None and
-                 (not graph.is_input[b] or graph.buffer_names[b] in donated) for b in range(graph.num_buffers))
+    an input named in ``donated`` (a saved value the backward owns), can hand it on; views and multi-output
+    parents cannot, nor can a multi-output kernel's elements but those named in ``elements``: the wrapper pools
+    an element's storage unless its kernel returns an input as an output (``FreeIfNotReusedLine.plan`` asks the
+    element's ``get_inputs_that_alias_output``), which only the compiled graph's nodes tell."""
+    return tuple(not graph.children[b] and graph.alias_of[b] is None
+                 and (graph.parent[b] is None or graph.buffer_names[b] in elements)
+                 and (not graph.is_input[b] or graph.buffer_names[b] in donated) for b in range(graph.num_buffers))
 
 
 def _changes(start: Sequence[int], end: Sequence[int | None], released: Sequence[int], allocates: Sequence[int],

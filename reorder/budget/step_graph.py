@@ -23,7 +23,10 @@ nothing of torch: nodes in the joint graph's order, each with
   heavy on the CPU (``exp``, ``log``, ``sigmoid``, ``tanh``, ...), so that
   Inductor stores a value whose code calls one (its own, or that of a
   pointwise node computed inside it) once two nodes read it, rather than
-  compute it again in each reader's kernel; ``reduction``: a reduction (a sum,
+  compute it again in each reader's kernel; the graph's ``realize_reads``
+  does the same for a value whose code reads more stored values than it
+  (a batch normalisation's output reads the convolution, its mean, variance,
+  weight and bias: five); ``reduction``: a reduction (a sum,
   a mean), whose value Inductor stores for its readers to load;
 * whether it may be recomputed (``recomputable``: not random, not a
   collective, no side effect, not pinned by a checkpoint policy), whether it
@@ -94,7 +97,11 @@ class StepGraph:
     """The joint graph of a training step as arrays indexed by node id (build it with :func:`build_step_graph`).
 
     ``forward_outputs`` and ``backward_outputs`` are node ids (the forward's
-    results, the gradients), in the graph's output order.
+    results, the gradients), in the graph's output order. ``realize_reads``:
+    a pointwise value whose code reads more than this many stored values (its
+    own reads and those of the pointwise values computed inside it, each
+    storage once) is stored once two nodes read it, as Inductor stores it
+    (``config.realize_reads_threshold``); None: no such rule.
     """
 
     name: str
@@ -119,6 +126,7 @@ class StepGraph:
     sets_channels_last: tuple[bool, ...]
     forward_outputs: tuple[int, ...]
     backward_outputs: tuple[int, ...]
+    realize_reads: int | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -167,15 +175,20 @@ class StepGraph:
 
 
 def build_step_graph(nodes: Sequence[StepNodeSpec], forward_outputs: Iterable[str],
-                     backward_outputs: Iterable[str], name: str = "step") -> StepGraph:
-    """Check the specs and build the :class:`StepGraph`.
+                     backward_outputs: Iterable[str], name: str = "step",
+                     realize_reads: int | None = None) -> StepGraph:
+    """Check the specs and build the :class:`StepGraph` (``realize_reads``: see there).
 
     Raises :class:`~reorder.errors.GraphError` for an unknown role, a
     duplicate name, an argument, base or parent that is not an earlier node,
     a base or parent that is not among the node's arguments (a view reads its
     base, an element its multi-output node: the programs' graphs are built on
-    that), negative bytes, cost or scratch, or an output that is not a node.
+    that), negative bytes, cost or scratch, an output that is not a node, or a
+    ``realize_reads`` that is not a whole number >= 0.
     """
+    if realize_reads is not None and (not isinstance(realize_reads, int) or isinstance(realize_reads, bool)
+                                      or realize_reads < 0):
+        raise GraphError(f"step graph {name!r}: realize_reads={realize_reads!r}: expected None or an int >= 0")
     index: dict[str, int] = {}
     for v, spec in enumerate(nodes):
         if not isinstance(spec, StepNodeSpec):
@@ -235,4 +248,5 @@ def build_step_graph(nodes: Sequence[StepNodeSpec], forward_outputs: Iterable[st
         sets_channels_last=tuple(bool(s.sets_channels_last) for s in nodes),
         forward_outputs=outputs(forward_outputs, "forward"),
         backward_outputs=outputs(backward_outputs, "backward"),
+        realize_reads=realize_reads,
     )

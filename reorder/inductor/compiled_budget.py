@@ -206,6 +206,25 @@ def _read_key(key_of, buf) -> tuple[str, ...] | None:
         return None
 
 
+def pooled_elements(nodes: list) -> frozenset[str]:
+    """The multi-output kernels' elements among the scheduler ``nodes``' outputs whose storage Inductor's wrapper
+    pools once they die (``FreeIfNotReusedLine.plan``): those whose node returns no input as an output (a
+    ``MultiOutput``'s ``get_inputs_that_alias_output``, which names its kernel where that kernel aliases an
+    input). Empty under a torch whose nodes lack either."""
+    try:
+        from torch._inductor.ir import MultiOutput
+    except ImportError:
+        return frozenset()
+    found = set()
+    for node in nodes:
+        for buf in node.get_outputs():
+            element = buf.node
+            aliases = getattr(element, "get_inputs_that_alias_output", None)
+            if isinstance(element, MultiOutput) and aliases is not None and not aliases():
+                found.add(buf.get_name())
+    return frozenset(found)
+
+
 def unaligned_reuse_keys(nodes: list) -> tuple[frozenset[str], dict[str, tuple[str, ...]]]:
     """Inductor's alignment flag in the reuse key (``buffer_reuse_key``: the buffer is not in
     ``V.graph.unaligned_buffers``): the buffers unaligned now (on the CPU every graph input:
@@ -416,7 +435,8 @@ def compiled_model(session: Session | None, graph_name: str, graph: Graph, gener
                    kernels: Mapping[str, int] | None = None, local: Collection[str] = (),
                    reuse_keys: Mapping[str, tuple] | None = None, views: Mapping[str, str] | None = None,
                    unaligned: tuple[Collection[str], Mapping[str, tuple]] | None = None,
-                   input_bytes: Mapping[str, int | str] | None = None) -> AllocationModel | None:
+                   input_bytes: Mapping[str, int | str] | None = None,
+                   elements: Collection[str] = ()) -> AllocationModel | None:
     """What the generated code of ``graph_name`` will allocate for any order of ``graph``'s nodes, if it is the
     forward or backward of a budgeted region (see the module docstring), else None: the region's free inputs at
     zero bytes, a backward's donated saved values free to hand on their storage, each extern kernel's scratch as
@@ -427,7 +447,8 @@ def compiled_model(session: Session | None, graph_name: str, graph: Graph, gener
     :func:`in_place_inputs`, :func:`kernel_local_buffers`, :func:`reuse_keys`, :func:`storage_views`);
     ``unaligned``: the model's ``unaligned`` and ``unaligned_keys`` (:func:`unaligned_reuse_keys`), which count
     only with ``reuse_keys``; ``input_bytes``: the storage of the inputs it frees
-    (:func:`~reorder.inductor.adapter.input_storage`)."""
+    (:func:`~reorder.inductor.adapter.input_storage`); ``elements``: the multi-output elements whose storage the
+    wrapper pools (:func:`pooled_elements`)."""
     planned = _planned_graph(session, graph_name)
     if planned is None:
         return None
@@ -440,7 +461,7 @@ def compiled_model(session: Session | None, graph_name: str, graph: Graph, gener
     names, keys = unaligned if unaligned is not None else ((), None)
     return AllocationModel.build(graph, generated, donated, scratch, decided_by, grouped, free, writable, local,
                                  reuse_keys=reuse_keys, views=views, unaligned=names, unaligned_keys=keys,
-                                 input_bytes=input_bytes)
+                                 input_bytes=input_bytes, pooled_elements=elements)
 
 
 def kernel_scratch(plan: RegionPlan, kind: str, kernels: Sequence) -> dict[str, int]:
@@ -666,8 +687,10 @@ def model_of_nodes(session: Session | None, graph_name: str, nodes: list, graph:
         views = storage_views(nodes) if applies("concat_views", session.options.model_rewrites) else None
         unaligned = unaligned_reuse_keys(nodes) if keys is not None and \
             applies("unaligned_in_place", session.options.model_rewrites) else None
+        elements = pooled_elements(nodes) if applies("element_reuse", session.options.model_rewrites) else ()
         return compiled_model(session, graph_name, graph, generated_kernels(nodes), origin_names(nodes), decided_by,
-                              grouped, writable, kernels, local, keys, views, unaligned, input_storage(graph))
+                              grouped, writable, kernels, local, keys, views, unaligned, input_storage(graph),
+                              elements)
     except Exception as exc:  # noqa: BLE001 - the user's compile must go on
         log.warning("reorder: could not model the compiled %s for its memory budget: %s: %s", graph_name,
                     type(exc).__name__, exc)

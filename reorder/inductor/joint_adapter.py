@@ -236,7 +236,19 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
             sets_channels_last=channels_last and node.target is torch.ops.aten.convolution.default,
         ))
     return build_step_graph(specs, [o.name for o in forward_outputs if isinstance(o, torch.fx.Node)],
-                            [o.name for o in backward_outputs if isinstance(o, torch.fx.Node)], name=name)
+                            [o.name for o in backward_outputs if isinstance(o, torch.fx.Node)], name=name,
+                            realize_reads=_realize_reads_threshold() if applies("reads_on_reuse", model_rewrites)
+                            else None)
+
+
+def _realize_reads_threshold() -> int | None:
+    """Inductor's ``config.realize_reads_threshold`` as this process has it: a pointwise value whose code reads more
+    buffers is stored once two nodes read it (``StorageBox.should_realize_on_reuse``); None where it is not a whole
+    number (a torch without it)."""
+    from torch._inductor import config
+
+    threshold = getattr(config, "realize_reads_threshold", None)
+    return threshold if isinstance(threshold, int) and not isinstance(threshold, bool) and threshold >= 0 else None
 
 
 def parameter_gradient_bytes(joint_module, num_fwd_outputs: int, static_lifetime_input_indices=None) -> int:

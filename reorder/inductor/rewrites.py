@@ -82,6 +82,14 @@ REWRITES: tuple[Rewrite, ...] = (
             "torch/_inductor/ir.py: StorageBox.should_realize_on_reuse; graph.py: GraphLowering.run_node "
             "(mark_reuse)", THROUGH_2_15,
             "tests/test_budget_inductor.py::test_a_heavy_value_two_nodes_read_is_stored_as_inductor_stores_it"),
+    Rewrite("reads_on_reuse",
+            "a pointwise value whose code reads more buffers than config.realize_reads_threshold (its own reads and "
+            "those of the pointwise values computed inside it; a batch normalisation's output reads five) is stored "
+            "once two nodes read it, as a heavy one is, and allocated where a reader runs after a node that cannot "
+            "fuse and that depends on it",
+            "torch/_inductor/ir.py: StorageBox.should_realize_on_reuse (num_reads); graph.py: GraphLowering.run_node "
+            "(mark_reuse)", THROUGH_2_15,
+            "tests/test_budget_inductor.py::test_a_value_whose_code_reads_many_buffers_is_stored_once_two_nodes_read_it"),
     Rewrite("backward_addmm",
             "a backward add(mm(a, b), c) is one addmm that runs where the addition runs; of two products added, "
             "the second argument's is folded",
@@ -113,6 +121,12 @@ REWRITES: tuple[Rewrite, ...] = (
                           "unaligned_as_inductors_code_generation_makes_it (the model's reuses are the wrapper's "
                           "reuse lines; the keys read as test_unaligned_keys_are_inductors_and_leave_its_set_as_"
                           "it_was)"),
+    Rewrite("element_reuse",
+            "a multi-output kernel's element (a CPU attention's gradient) goes into the reuse pool when it dies, "
+            "unless its kernel returns an input as an output; the step's programs pool none",
+            "torch/_inductor/codegen/wrapper.py: FreeIfNotReusedLine.plan; ir.py: "
+            "MultiOutput.get_inputs_that_alias_output", THROUGH_2_15,
+            "tests/test_wild.py::test_under_autocast_the_model_of_the_compiled_code_pools_storage_by_inductors_reuse_key"),
     Rewrite("concat_views",
             "on the CPU, a cat's inputs are computed straight into slices of its output where they can: each is a "
             "view that allocates nothing and takes or gives no storage through the pool, and the output is "
