@@ -443,6 +443,27 @@ def test_a_multi_output_kernels_elements_stay_allocated_until_its_last_element_i
     assert allocated_peak(graph, early, [False] * 6, [False] * graph.num_buffers) == 580
 
 
+@pytest.mark.parametrize("pooled", [False, True])
+def test_a_multi_output_element_hands_on_its_storage_only_where_the_wrapper_pools_it(pooled):
+    """An extern kernel's element whose storage the wrapper pools (its kernel aliases no input: a CPU attention's
+    gradients) can take a later output, here written in place by the generated kernel ``new``, where ``c0`` dies
+    (its tuple is gone: ``c1`` was taken out before); one it does not pool is freed there, and ``n`` is allocated
+    beside it."""
+    graph = build_graph([
+        NodeSpec("mo", [BufferSpec("p")]),
+        NodeSpec("g0", [BufferSpec("c0", 300, parent="p")], reads=["p"]),
+        NodeSpec("g1", [BufferSpec("c1", 70, parent="p")], reads=["p"]),
+        NodeSpec("use1", [BufferSpec("u", 10)], reads=["c1"]),
+        NodeSpec("new", [BufferSpec("n", 300)], reads=["c0", "u"]),
+        NodeSpec("out", [BufferSpec("o", 1)], reads=["n"]),
+    ], outputs=["o"])
+    generated = [name == "new" for name in graph.node_names]
+    model = AllocationModel.build(graph, generated, pooled_elements={"c0"} if pooled else ())
+    order = list(range(graph.num_nodes))
+    assert model.reuses(order) == ({"n": "c0"} if pooled else {})
+    assert model.peak(order) == (380 if pooled else 610)  # c0, c1 and u before; at ``new``, c0 and n or n alone
+
+
 def _as_estimated(spec, name: str, how: str):
     """The graph specs as Inductor's estimate may see them beside the model's: input ``name`` read by no node
     (``unread``: a tangent the model frees after its last reader), or gone (``absent``), or buffer ``name`` not
