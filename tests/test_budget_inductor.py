@@ -886,7 +886,7 @@ def test_a_value_whose_code_reads_many_buffers_is_stored_once_two_nodes_read_it(
     two nodes read it, on any device: ``t``, computed from five inputs, is stored by the kernel before the matrix
     product and loaded by the one after it; computed from four, each kernel computes it again from the inputs. The
     model of the program gives ``t`` a buffer where Inductor stores it, and none with the rule switched off (a
-    recomputing MobileNetV2 backward held each batch normalisation's output, which reads five, across the
+    recomputing MobileNetV2 backward held a batch normalisation's output, which reads five, across the
     convolutions between its activation and the activation's gradient: 1.57 MB its partition's estimate missed)."""
     from torch._inductor import config
     from torch._inductor.utils import run_and_get_code
@@ -966,7 +966,8 @@ def test_a_heavy_value_two_nodes_read_is_stored_as_inductor_stores_it(op, shape,
 
 def test_the_rewrites_are_one_ordered_list_each_naming_its_source_and_releases():
     assert MIRRORED == ("layout_optimisation", "layout_copies", "convolution_scratch", "attention_scratch",
-                        "product_scratch", "heavy_on_reuse", "reads_on_reuse", "backward_addmm", "in_place_reads", "reuse_keys",
+                        "product_scratch", "heavy_on_reuse", "reads_on_reuse", "backward_addmm", "in_place_reads",
+                        "reuse_keys",
                         "unaligned_in_place", "element_reuse", "concat_views",
                         "kernel_local_buffers", "outer_loop_local_buffers", "kernel_groups")
     assert all(r.mirrors.startswith("torch/") and r.releases and r.tested_by.startswith("tests/") for r in REWRITES)

@@ -89,7 +89,8 @@ REWRITES: tuple[Rewrite, ...] = (
             "fuse and that depends on it",
             "torch/_inductor/ir.py: StorageBox.should_realize_on_reuse (num_reads); graph.py: GraphLowering.run_node "
             "(mark_reuse)", THROUGH_2_15,
-            "tests/test_budget_inductor.py::test_a_value_whose_code_reads_many_buffers_is_stored_once_two_nodes_read_it"),
+            "tests/test_budget_inductor.py::"
+            "test_a_value_whose_code_reads_many_buffers_is_stored_once_two_nodes_read_it"),
     Rewrite("backward_addmm",
             "a backward add(mm(a, b), c) is one addmm that runs where the addition runs; of two products added, "
             "the second argument's is folded",
@@ -126,7 +127,8 @@ REWRITES: tuple[Rewrite, ...] = (
             "unless its kernel returns an input as an output; the step's programs pool none",
             "torch/_inductor/codegen/wrapper.py: FreeIfNotReusedLine.plan; ir.py: "
             "MultiOutput.get_inputs_that_alias_output", THROUGH_2_15,
-            "tests/test_wild.py::test_under_autocast_the_model_of_the_compiled_code_pools_storage_by_inductors_reuse_key"),
+            "tests/test_wild.py::"
+            "test_under_autocast_the_model_of_the_compiled_code_pools_storage_by_inductors_reuse_key"),
     Rewrite("concat_views",
             "on the CPU, a cat's inputs are computed straight into slices of its output where they can: each is a "
             "view that allocates nothing and takes or gives no storage through the pool, and the output is "
