@@ -393,6 +393,43 @@ def test_scratch_is_counted_at_the_step_its_node_runs_whatever_the_order():
 def test_step_graphs_refuse_negative_scratch():
     with pytest.raises(GraphError, match="scratch must be >= 0"):
         build_step_graph([StepNodeSpec("x", "primal", bytes=4, scratch=-1)], [], [])
+    with pytest.raises(GraphError, match="step node 'y': copied argument 'w' .* must be one of its arguments"):
+        build_step_graph([StepNodeSpec("x", "primal", bytes=4), StepNodeSpec("w", "primal", bytes=4),
+                          StepNodeSpec("y", "forward", ["x"], bytes=4, copied=[("w", 4)])], [], [])
+
+
+def _copying_step():
+    """A step whose backward kernel ``k`` (an extern kernel, such as a depthwise convolution's backward) reads
+    ``r``, the output of the convolution ``c``'s activation, and ``g``, the pointwise gradient the backward
+    computes, and whose lowering copies both into another stride order in a program that is not channels-last."""
+    size = 1000
+    pointwise = dict(bytes=size, pointwise=True, fusible=True, cost=1)
+    return build_step_graph([
+        StepNodeSpec("x", "primal", bytes=size),
+        StepNodeSpec("c", "forward", ["x"], bytes=size, cost=10, sets_channels_last=True),
+        StepNodeSpec("r", "forward", ["c"], **pointwise),
+        StepNodeSpec("out", "forward", ["r"], bytes=4, cost=1),
+        StepNodeSpec("t", "tangent", bytes=4),
+        StepNodeSpec("g", "backward", ["t", "r"], **pointwise),
+        StepNodeSpec("k", "backward", ["g", "r"], bytes=size, cost=10, scratch=7, scratch_channels_last=5,
+                     copied=[("g", size), ("r", size)]),
+    ], ["out"], ["k"])
+
+
+def test_a_plain_backward_copies_only_operands_of_fixed_layout_and_their_source_dies_at_the_copy():
+    """Saved, ``r`` arrives with a fixed layout: the plain backward copies it in a node of its own just before
+    ``k``, where ``r`` dies (``g`` reads it earlier), so while ``k`` runs the copy, ``g``, ``k``'s output and its
+    scratch are held and ``r`` is not. ``g`` is the backward's own pointwise code, laid out as ``k`` asks: no
+    copy. A backward that recomputes the convolution runs channels-last: no copy, and the channels-last scratch."""
+    graph = _copying_step()
+    _, plain = programs_of(graph, partition_of(graph, graph.ids(["r"])))
+    assert plain.graph.node_names == ("g", "r_laid_out_for_k", "k")
+    live, during = plain.live([0, 1, 2], False)
+    assert live[2] + during[2] == 3000 + 7 == plain.peak([0, 1, 2])
+    _, recomputing = programs_of(graph, partition_of(graph, graph.ids(["x"])))
+    assert "r_laid_out_for_k" not in recomputing.graph.node_names and "c" in recomputing.graph.node_names
+    k = recomputing.graph.node_names.index("k")
+    assert recomputing.live(range(len(recomputing.graph.node_names)), False)[1][k] == 5
 
 
 # --- the wrapper's buffer reuse -------------------------------------------------------------------------------------

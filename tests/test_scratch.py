@@ -37,8 +37,8 @@ def encoded(t: torch.Tensor) -> tuple:
 def direct_scratch(node, channels_last: bool, forward_values=frozenset()) -> int:
     """The node's operator run by hand on ones: its peak above the start less its outputs. Channels-last: every
     4-D operand channels-last. Plain: the ``forward_values`` channels-last (a layout-optimised forward hands them
-    over so), the rest in the joint graph's strides, then laid out and copied as Inductor's lowering does (checked
-    against Inductor in the test below), the copies counted."""
+    over so), the rest in the joint graph's strides, then laid out as Inductor's lowering does (checked against
+    Inductor in the test below); the copies it makes are buffers of the program, not counted here."""
     def make(arg):
         if isinstance(arg, torch.fx.Node):
             val = arg.meta["val"]
@@ -48,16 +48,15 @@ def direct_scratch(node, channels_last: bool, forward_values=frozenset()) -> int
         return arg
 
     args = [make(a) for a in node.args]
-    copied = 0
     if not channels_last:
-        lowered, copied = scratch._as_lowered(node.target, tuple(
+        lowered, _ = scratch._as_lowered(node.target, tuple(
             encoded(a) if isinstance(a, torch.Tensor) else tuple(a) if isinstance(a, list) else a for a in args))
         args = [torch.empty_strided(a.shape, low[3], dtype=a.dtype).fill_(1) if isinstance(a, torch.Tensor) else a
                 for a, low in zip(args, lowered)]
     kept = []
     peak = measure(lambda: kept.append(node.target(*args)), "cpu").peak
     outputs = kept[0] if isinstance(kept[0], (tuple, list)) else [kept[0]]
-    return copied + max(0, peak - sum(t.untyped_storage().nbytes() for t in outputs if t is not None))
+    return max(0, peak - sum(t.untyped_storage().nbytes() for t in outputs if t is not None))
 
 
 def test_a_convolutions_scratch_is_what_running_it_allocates_beyond_its_outputs_in_each_layout():
@@ -71,11 +70,13 @@ def test_a_convolutions_scratch_is_what_running_it_allocates_beyond_its_outputs_
         from_forward = {n for n in node.all_input_nodes if n.name == "relu"}
         assert graph.scratch[v] == direct_scratch(node, channels_last=False, forward_values=from_forward)
         assert graph.scratch_channels_last[v] == direct_scratch(node, channels_last=True)
+        # these operands already follow the orders the lowering asks for: a plain program copies none of them
+        assert graph.copied[v] == ()
     # on CPU Inductor lays out a program that runs a convolution channels-last
     convolutions = {n.name for n in gm.graph.nodes if n.target is aten.convolution.default}
     assert {graph.node_names[v] for v in range(graph.num_nodes) if graph.sets_channels_last[v]} == convolutions
     others = [v for v in range(graph.num_nodes) if graph.node_names[v] not in convolutions | {n.name for n in backward}]
-    assert all(graph.scratch[v] == 0 == graph.scratch_channels_last[v] for v in others)
+    assert all(graph.scratch[v] == 0 == graph.scratch_channels_last[v] and not graph.copied[v] for v in others)
 
 
 def strides_handed_to_the_kernel(fn, *args) -> list:
@@ -108,7 +109,7 @@ def test_a_plain_programs_operands_are_laid_out_and_copied_as_inductor_lowers_th
     lowered, copied = scratch._as_lowered(backward, (encoded(grad), encoded(x), encoded(weight),
                                                      *map(tuple, flags[:4]), False, (0, 0), 48, (True, True, False)))
     assert [a[3] for a in lowered[:3]] == handed == [grad.stride(), (12288, 16, 768, 1), weight.stride()]
-    assert copied == (x.numel() + grad.numel()) * 4
+    assert copied == (0, 1)  # the output gradient (a graph input here) into the weight gradient's order and back
 
     x, grad, weight = torch.randn(4, 8, 12, 12), torch.randn(4, 16, 10, 10), torch.randn(16, 8, 3, 3)
     handed = strides_handed_to_the_kernel(
@@ -116,7 +117,7 @@ def test_a_plain_programs_operands_are_laid_out_and_copied_as_inductor_lowers_th
         grad, x, weight)
     lowered, copied = scratch._as_lowered(backward, (encoded(grad), encoded(x), encoded(weight), (0,), (1, 1),
                                                      (0, 0), (1, 1), False, (0, 0), 1, (True, True, False)))
-    assert [a[3] for a in lowered[:3]] == handed == [grad.stride(), x.stride(), weight.stride()] and copied == 0
+    assert [a[3] for a in lowered[:3]] == handed == [grad.stride(), x.stride(), weight.stride()] and copied == ()
 
     forward = aten.convolution.default
     x, weight = torch.randn(4, 12, 8, 8).transpose(2, 3), torch.randn(6, 12, 3, 3)
@@ -125,7 +126,7 @@ def test_a_plain_programs_operands_are_laid_out_and_copied_as_inductor_lowers_th
     lowered, copied = scratch._as_lowered(forward, (encoded(x), encoded(weight), None, (1, 1), (1, 1), (1, 1), False,
                                                     (0, 0), 1))
     assert [a[3] for a in lowered[:2]] == handed == [x.contiguous().stride(), weight.stride()]
-    assert copied == x.numel() * 4  # the transposed input is copied into the output's order
+    assert copied == (0,)  # the transposed input is copied into the output's order
 
 
 def test_probing_leaves_the_random_stream_alone_and_counts_nothing_under_a_running_profiler():
@@ -279,3 +280,36 @@ def test_a_probe_measured_on_one_thread_count_never_answers_for_another():
     finally:
         torch.set_num_threads(threads)
     assert fresh[1] > 0 and all(figure == fresh[count] for count, figure in read), (fresh, read)
+
+
+@pytest.mark.slow
+def test_a_plain_backward_copies_a_saved_operand_into_the_kernels_order_and_frees_it_before_the_kernel(
+        fresh_compiles):
+    """A depthwise convolution's backward in a program without layout optimisation (stock's backward recomputes
+    no convolution) asks for its saved, channels-last input in the N, H, C, W order: Inductor copies it, and the
+    saved value dies at the copy, before the kernel runs; its output gradient, computed by the program's own
+    pointwise code, is laid out so for nothing. The step's estimate is then what the compiled graphs allocate
+    and what the allocator measured (to its 8-byte events); counting each copy as the kernel's scratch beside its
+    source, it said 11,540,704 B for 9,967,840 B (an EfficientNet backward: 15.48 MB for 13.69 MB, which ranked a
+    partition that measured 14.31 MB below it)."""
+    from reorder import inductor as hook
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(16, 48, 1), nn.ReLU(), nn.Conv2d(48, 48, 5, padding=2, groups=48), nn.ReLU(),
+                          nn.Conv2d(48, 8, 1))
+    x = torch.randn(8, 16, 32, 32)
+    compiled = torch.compile(model)
+
+    def step():
+        compiled(x).square().mean().backward()
+
+    with hook.use(memory_budget=1.0) as session:
+        step()
+    model.zero_grad(set_to_none=True)
+    step()
+    model.zero_grad(set_to_none=True)
+    peak = measure(step, "cpu").peak
+    (record,) = session.partitions
+    assert record.source == "inductor" and record.compiled_peak is not None
+    assert record.peak == record.compiled_peak  # the estimate of the step is the model of its compiled code
+    assert 0 <= peak - record.compiled_peak <= 8, (peak, record)

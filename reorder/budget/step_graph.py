@@ -48,7 +48,12 @@ nothing of torch: nodes in the joint graph's order, each with
   extern kernel's workspace), and ``scratch_channels_last`` the same when its
   program runs in channels-last, which a node that ``sets_channels_last``
   (a convolution, where Inductor's layout optimisation applies) turns on for
-  the program that runs it.
+  the program that runs it; ``copied``: the arguments Inductor's lowering
+  copies into another stride order before the kernel runs, in a program
+  that is not channels-last, each with the copy's bytes. Only an argument
+  that reaches the kernel in a fixed layout is copied (an input of the
+  program, an extern kernel's output, a view): a value the program's own
+  pointwise code computes is laid out as the kernel asks, for nothing.
 
 Built once from :class:`StepNodeSpec` values by :func:`build_step_graph`,
 validated, never changed; every fact is a tuple indexed by node id.
@@ -90,6 +95,7 @@ class StepNodeSpec:
     scratch: int = 0
     scratch_channels_last: int = 0
     sets_channels_last: bool = False
+    copied: Sequence[tuple[str, int]] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -124,6 +130,7 @@ class StepGraph:
     scratch: tuple[int, ...]
     scratch_channels_last: tuple[int, ...]
     sets_channels_last: tuple[bool, ...]
+    copied: tuple[tuple[tuple[int, int], ...], ...]
     forward_outputs: tuple[int, ...]
     backward_outputs: tuple[int, ...]
     realize_reads: int | None = None
@@ -183,7 +190,8 @@ def build_step_graph(nodes: Sequence[StepNodeSpec], forward_outputs: Iterable[st
     duplicate name, an argument, base or parent that is not an earlier node,
     a base or parent that is not among the node's arguments (a view reads its
     base, an element its multi-output node: the programs' graphs are built on
-    that), negative bytes, cost or scratch, an output that is not a node, or a
+    that), negative bytes, cost or scratch, a copied argument that is not one
+    of the node's arguments or has negative bytes, an output that is not a node, or a
     ``realize_reads`` that is not a whole number >= 0.
     """
     if realize_reads is not None and (not isinstance(realize_reads, int) or isinstance(realize_reads, bool)
@@ -199,6 +207,10 @@ def build_step_graph(nodes: Sequence[StepNodeSpec], forward_outputs: Iterable[st
             raise GraphError(f"step node {spec.name!r}: role {spec.role!r} is not one of {', '.join(ROLES)}")
         if min(spec.bytes, spec.cost, spec.scratch, spec.scratch_channels_last) < 0:
             raise GraphError(f"step node {spec.name!r}: bytes, cost and scratch must be >= 0")
+        for argument, copy_bytes in spec.copied:
+            if argument not in spec.args or not isinstance(copy_bytes, int) or copy_bytes < 0:
+                raise GraphError(f"step node {spec.name!r}: copied argument {argument!r} ({copy_bytes!r} B) must be "
+                                 f"one of its arguments, with bytes >= 0")
         index[spec.name] = v
 
     def earlier(v: int, other: str | None, what: str) -> int | None:
@@ -246,6 +258,7 @@ def build_step_graph(nodes: Sequence[StepNodeSpec], forward_outputs: Iterable[st
         scratch=tuple(int(s.scratch) for s in nodes),
         scratch_channels_last=tuple(int(s.scratch_channels_last) for s in nodes),
         sets_channels_last=tuple(bool(s.sets_channels_last) for s in nodes),
+        copied=tuple(tuple((index[a], int(b)) for a, b in s.copied) for s in nodes),
         forward_outputs=outputs(forward_outputs, "forward"),
         backward_outputs=outputs(backward_outputs, "backward"),
         realize_reads=realize_reads,

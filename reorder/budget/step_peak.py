@@ -34,7 +34,11 @@ owns, ``torch._functorch.config.donated_buffer``). An extern kernel's
 scratch adds to its step: the node's ``scratch``, or its
 ``scratch_channels_last`` when the program runs a node that sets
 channels-last (a program that runs a convolution is laid out channels-last
-by Inductor, a backward that recomputes none is not).
+by Inductor, a backward that recomputes none is not). In a program that is
+not channels-last, the operands a kernel's lowering copies into another
+stride order (``copied``) are copied by a node of their own just before it,
+where their layout is fixed (:func:`_layout_fixed`): the copy's source can
+die there, before the kernel runs.
 
 Each program is judged in the order Inductor lists its nodes: the forward
 in the joint graph's order, the backward as Inductor reorders it to mimic
@@ -69,7 +73,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from ..graph import plain_graph
 from ..schedulers import reorder_for_peak_memory
@@ -229,6 +233,15 @@ def autograd_order(graph: StepGraph, backward: Sequence[int]) -> list[int]:
     return order
 
 
+def _layout_fixed(graph: StepGraph, v: int, inputs: Mapping[int, _Input]) -> bool:
+    """Whether value ``v`` reaches a kernel in its program with a layout already fixed, so that Inductor's lowering
+    copies it where the kernel asks for another stride order: an input of the program, a view, an element of a
+    multi-output node or an extern kernel's output. The program's own pointwise code and reductions are laid
+    out as the kernel asks (``FlexibleLayout``), for nothing."""
+    return (v in inputs or graph.view_of[v] is not None or graph.element_of[v] is not None
+            or not graph.fusible[v])
+
+
 @dataclass(frozen=True)
 class _Input:
     """A program input: its bytes, whether the program frees it, whether a kernel may write into it (donated)."""
@@ -297,6 +310,16 @@ def _program(graph: StepGraph, name: str, runs: Sequence[int], inputs: dict[int,
         if (base is not None and base not in buffer_of) or (graph.pointwise[v] and base is None and v not in needed):
             fused_reads[v] = tuple(reads)  # fused into its readers (a view of a fused value is fused too)
             continue
+        if not channels_last:
+            for a, copy_bytes in graph.copied[v]:
+                if a in buffer_of and buffer_of[a] in reads and _layout_fixed(graph, a, inputs):
+                    copy_name = f"{graph.node_names[a]}_laid_out_for_{graph.node_names[v]}"
+                    node_names.append(copy_name)
+                    copy = add_buffer(copy_name, copy_bytes, len(node_names) - 1, False)
+                    declared.append((buffer_of[a],))
+                    generated.append(False)  # a copy into another stride order is never written in place
+                    scratch.append(0)
+                    reads[reads.index(buffer_of[a])] = copy
         made_by = len(node_names)
         node_names.append(graph.node_names[v])
         if base is not None:

@@ -20,7 +20,10 @@ graph inputs a convolution reads are copied to channels-last
 channels-last (``sets_channels_last``), and a backward ``add(mm(a, b), c)``
 becomes one ``addmm`` (:func:`_backward_addmm`). Convolutions' scratch, in
 either layout, is measured by running them once
-(:func:`~reorder.inductor.scratch.scratch_bytes`). The cost of recomputing a
+(:func:`~reorder.inductor.scratch.scratch_bytes`), and the operands their
+lowering copies into another stride order in a program that is not
+channels-last are named with the copies' bytes
+(:func:`~reorder.inductor.scratch.lowered_copies`). The cost of recomputing a
 node is its floating-point operations where torch's flop counter knows the
 op (matrix products, convolutions, attention), else one per element it
 writes. Sizes are evaluated at their hints.
@@ -34,7 +37,7 @@ from typing import Any
 from ..budget.step_graph import StepGraph, StepNodeSpec, build_step_graph
 from .fx_values import nbytes, numel, size_hint
 from .rewrites import applies
-from .scratch import scratch_bytes
+from .scratch import lowered_copies, scratch_bytes
 
 __all__ = ["draws_nothing", "inputs_not_channels_last", "parameter_gradient_bytes", "recompute_policy", "saved_names",
            "step_graph_from_joint"]
@@ -234,6 +237,8 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
             scratch_channels_last=scratch_bytes(node, channels_last=True, model_rewrites=model_rewrites)
             if channels_last else scratch,
             sets_channels_last=channels_last and node.target is torch.ops.aten.convolution.default,
+            copied=[(a.name, b) for a, b in lowered_copies(node, from_forward, model_rewrites)
+                    if isinstance(a, torch.fx.Node)],
         ))
     return build_step_graph(specs, [o.name for o in forward_outputs if isinstance(o, torch.fx.Node)],
                             [o.name for o in backward_outputs if isinstance(o, torch.fx.Node)], name=name,

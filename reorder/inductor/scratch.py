@@ -31,7 +31,10 @@ convolution) receives the forward's values channels-last all the same, and
 Inductor's lowering then copies a convolution's operands into the stride
 orders of its outputs (:func:`_as_lowered`): a depthwise backward asks for
 activations laid out N, H, C, W, which oneDNN reorders again. Those copies
-are live while the kernel runs and count with its scratch. The figure is a
+are buffers of the program (:func:`lowered_copies` names them), made only of
+operands in a fixed layout (the program's inputs, extern kernels' outputs):
+pointwise code of the same program is laid out as the kernel asks. The
+figure is a
 property of the machine's kernels, not of its load: the same node gives the
 same bytes on every run. The tensors are filled with ones (the global random
 stream is left as it was) and nothing is kept. Results are cached per
@@ -54,7 +57,7 @@ from typing import Any
 from .fx_values import nbytes, size_hint
 from .rewrites import applies
 
-__all__ = ["PROBE_LIMIT_BYTES", "PROBED", "probe_of", "scratch_bytes", "scratch_in_layout"]
+__all__ = ["PROBE_LIMIT_BYTES", "PROBED", "lowered_copies", "probe_of", "scratch_bytes", "scratch_in_layout"]
 
 #: Operators whose scratch is measured (the extern kernels with large workspaces), each with the rewrite of
 #: :data:`~reorder.inductor.rewrites.REWRITES` that switches it.
@@ -90,9 +93,10 @@ def _in_reduced_precision(node) -> bool:
 
 def scratch_bytes(node, channels_last: bool, channels_last_values: Container = frozenset(),
                   model_rewrites: tuple[str, ...] | None = None) -> int:
-    """Bytes ``node``'s operator allocates and frees while it runs, in the given layout, with the copies of its
-    operands Inductor makes for it (see the module docstring); 0 for an operator not probed or a probe that cannot
-    run (a failed probe is not cached: a later compile tries again).
+    """Bytes ``node``'s operator allocates and frees while it runs, with its operands laid out as Inductor hands
+    them to it in the given layout (see the module docstring); 0 for an operator not probed or a probe that cannot
+    run (a failed probe is not cached: a later compile tries again). The copies the lowering makes to get there
+    are buffers of the program, not scratch (:func:`lowered_copies`).
 
     ``channels_last_values``: in a program without layout optimisation, the operands (fx nodes) that arrive
     channels-last all the same: values a layout-optimised forward computed, or that the program derives from them
@@ -103,12 +107,29 @@ def scratch_bytes(node, channels_last: bool, channels_last_values: Container = f
         signature = _signature(node, channels_last, channels_last_values)
         if signature is None:
             return 0
-        copied = 0
         if not channels_last:
-            signature, copied = _as_lowered(node.target, signature)
-        return copied + _measured_now(node.target, signature)
+            signature, _ = _as_lowered(node.target, signature)
+        return _measured_now(node.target, signature)
     except Exception:  # noqa: BLE001 - an unknown scratch counts 0, as Inductor counts it
         return 0
+
+
+def lowered_copies(node, channels_last_values: Container = frozenset(),
+                   model_rewrites: tuple[str, ...] | None = None) -> list[tuple[Any, int]]:
+    """The operands (fx nodes) of probed ``node`` that Inductor's lowering requires in another stride order in a
+    program without layout optimisation, each with the bytes of its copy (:func:`_as_lowered`); ``[]`` for a node
+    not probed or one whose operands cannot be read. Whether the copy is made depends on the program: an operand
+    whose layout is still free (pointwise code of the same program) is laid out so instead."""
+    if not is_probed(node, model_rewrites):
+        return []
+    try:
+        signature = _signature(node, False, channels_last_values)
+        if signature is None:
+            return []
+        _, copied = _as_lowered(node.target, signature)
+    except Exception:  # noqa: BLE001 - operands we cannot read: no copy, as without the probe
+        return []
+    return [(node.args[i], math.prod(signature[i][1]) * signature[i][2].itemsize) for i in copied]
 
 
 def probe_of(node, model_rewrites: tuple[str, ...] | None = None) -> tuple | None:
@@ -192,16 +213,17 @@ def _signature(node, channels_last: bool, channels_last_values: Container = froz
 
 
 @functools.lru_cache(maxsize=4096)
-def _as_lowered(target, signature: tuple) -> tuple[tuple, int]:
+def _as_lowered(target, signature: tuple) -> tuple[tuple, tuple[int, ...]]:
     """The operands as Inductor's lowering hands them to the kernel in a program without layout optimisation, and
-    the bytes of the copies it makes to get there.
+    the positions of those it copies to get there (an operand in a fixed layout; see :func:`lowered_copies`).
 
     ``torch/_inductor/kernel/conv.py`` requires a convolution's input and weight in the stride order of its output,
     and a backward convolution's input and output gradient in the order of its weight gradient, then its output
     gradient and weight in the order of its input gradient; an operand in another order is copied into a new
     buffer. Those orders come from the kernels' fake implementations, so a depthwise weight gradient (one input
-    channel: strides like ``(9, 1, 3, 1)``) asks for activations laid out N, H, C, W. The copies are live while the
-    kernel runs, so they count with its scratch."""
+    channel: strides like ``(9, 1, 3, 1)``) asks for activations laid out N, H, C, W. An operand whose layout is
+    still flexible (pointwise code of the same program) is laid out so rather than copied: which operands are is
+    the program's to say (:func:`lowered_copies`)."""
     import torch
     from torch._inductor import ir
     from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
@@ -241,7 +263,7 @@ def _as_lowered(target, signature: tuple) -> tuple[tuple, int]:
             output_order = order_of(args[0], args[1], None, *args[3:], output=0)
             require(0, output_order)
             require(1, output_order)
-    return tuple(args), sum(math.prod(args[i][1]) * args[i][2].itemsize for i in copied)
+    return tuple(args), tuple(sorted(copied))
 
 
 def _follows_order(shape: tuple[int, ...], strides: tuple[int, ...], order: list[int]) -> bool:
