@@ -965,7 +965,8 @@ def test_a_heavy_value_two_nodes_read_is_stored_as_inductor_stores_it(op, shape,
 
 
 def test_the_rewrites_are_one_ordered_list_each_naming_its_source_and_releases():
-    assert MIRRORED == ("layout_optimisation", "layout_copies", "convolution_scratch", "attention_scratch",
+    assert MIRRORED == ("layout_optimisation", "backward_layout_optimisation", "layout_copies",
+                        "convolution_scratch", "attention_scratch",
                         "product_scratch", "heavy_on_reuse", "reads_on_reuse", "backward_addmm", "in_place_reads",
                         "reuse_keys",
                         "unaligned_in_place", "element_reuse", "concat_views",
@@ -973,7 +974,12 @@ def test_the_rewrites_are_one_ordered_list_each_naming_its_source_and_releases()
     assert all(r.mirrors.startswith("torch/") and r.releases and r.tested_by.startswith("tests/") for r in REWRITES)
     # each rule names the supported releases it holds for (its test runs on each in CI) and is on only there
     assert all(set(r.releases) <= set(SUPPORTED_RELEASES) for r in REWRITES)
-    assert all(applies(r.name, None) for r in REWRITES)  # the running release: every rule holds
+    from reorder.inductor.releases import running_release
+
+    # under the running release, every rule that names it holds
+    assert all(applies(r.name, None) == (running_release() in r.releases) for r in REWRITES)
+    assert not applies("backward_layout_optimisation", None, "2.14")
+    assert applies("backward_layout_optimisation", None, "2.15")
     narrowed = dataclasses.replace(REWRITES[0], releases=("2.13",))
     with patch.object(rewrites, "REWRITES", (narrowed, *REWRITES[1:])):
         assert applies(narrowed.name, None, "2.13") and not applies(narrowed.name, None, "2.15")

@@ -8,6 +8,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from reorder.inductor import scratch
 from reorder.inductor.joint_adapter import step_graph_from_joint
+from reorder.inductor.rewrites import applies
 from reorder.inductor.scratch import scratch_bytes
 from reorder.measure import measure
 from test_budget_inductor import run, step_of
@@ -72,9 +73,10 @@ def test_a_convolutions_scratch_is_what_running_it_allocates_beyond_its_outputs_
         assert graph.scratch_channels_last[v] == direct_scratch(node, channels_last=True)
         # these operands already follow the orders the lowering asks for: a plain program copies none of them
         assert graph.copied[v] == ()
-    # on CPU Inductor lays out a program that runs a convolution channels-last
+    # on CPU Inductor lays out a program that runs a convolution channels-last (torch 2.15: or its backward)
     convolutions = {n.name for n in gm.graph.nodes if n.target is aten.convolution.default}
-    assert {graph.node_names[v] for v in range(graph.num_nodes) if graph.sets_channels_last[v]} == convolutions
+    laid_out = convolutions | ({n.name for n in backward} if applies("backward_layout_optimisation", None) else set())
+    assert {graph.node_names[v] for v in range(graph.num_nodes) if graph.sets_channels_last[v]} == laid_out
     others = [v for v in range(graph.num_nodes) if graph.node_names[v] not in convolutions | {n.name for n in backward}]
     assert all(graph.scratch[v] == 0 == graph.scratch_channels_last[v] and not graph.copied[v] for v in others)
 
@@ -291,7 +293,9 @@ def test_a_plain_backward_copies_a_saved_operand_into_the_kernels_order_and_free
     pointwise code, is laid out so for nothing. The step's estimate is then what the compiled graphs allocate
     and what the allocator measured (to its 8-byte events); counting each copy as the kernel's scratch beside its
     source, it said 11,540,704 B for 9,967,840 B (an EfficientNet backward: 15.48 MB for 13.69 MB, which ranked a
-    partition that measured 14.31 MB below it)."""
+    partition that measured 14.31 MB below it). Torch 2.15 lays out a backward that runs a convolution's backward
+    channels-last (``backward_layout_optimisation``): no copy, the kernel's channels-last scratch, and the estimate
+    is the compiled graphs' there too (6,483,232 B; 9,967,840 B with the rule off)."""
     from reorder import inductor as hook
 
     torch.manual_seed(0)

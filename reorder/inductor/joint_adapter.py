@@ -17,7 +17,8 @@ What Inductor will make of the graph, where it changes memory: its op lists
 reductions get no buffer when every reader can take them into its kernel),
 graph inputs a convolution reads are copied to channels-last
 (:func:`_layout_copies`), a program that runs a convolution is laid out
-channels-last (``sets_channels_last``), and a backward ``add(mm(a, b), c)``
+channels-last (``sets_channels_last``; under torch 2.15 a program that runs a
+convolution's backward too), and a backward ``add(mm(a, b), c)``
 becomes one ``addmm`` (:func:`_backward_addmm`). Convolutions' scratch, in
 either layout, is measured by running them once
 (:func:`~reorder.inductor.scratch.scratch_bytes`), and the operands their
@@ -187,6 +188,10 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
         primals = [n for n in joint_module.graph.nodes if n.op == "placeholder" and _is_primal(n)]
         owned |= {n for k, n in enumerate(primals) if k not in static}
     heavy_on_reuse = applies("heavy_on_reuse", model_rewrites)
+    # the nodes whose program Inductor lays out channels-last (torch 2.15 counts a convolution's backward too)
+    laid_out_by = {torch.ops.aten.convolution.default}
+    if applies("backward_layout_optimisation", model_rewrites):
+        laid_out_by.add(torch.ops.aten.convolution_backward.default)
     specs = []
     for node in joint_module.graph.nodes:
         if node.op == "output" or node in addmm.values():
@@ -236,7 +241,7 @@ def step_graph_from_joint(joint_module, num_fwd_outputs: int, static_lifetime_in
             scratch=scratch,
             scratch_channels_last=scratch_bytes(node, channels_last=True, model_rewrites=model_rewrites)
             if channels_last else scratch,
-            sets_channels_last=channels_last and node.target is torch.ops.aten.convolution.default,
+            sets_channels_last=channels_last and node.target in laid_out_by,
             copied=[(a.name, b) for a, b in lowered_copies(node, from_forward, model_rewrites)
                     if isinstance(a, torch.fx.Node)],
         ))

@@ -50,6 +50,12 @@ REWRITES: tuple[Rewrite, ...] = (
             "torch/_inductor/graph.py: GraphLowering.decide_layout_opt", THROUGH_2_15,
             "tests/test_generated_code.py (the residual CNN's compiled convolutions run channels-last: their "
             "measured scratch in that layout makes the replay the allocator's peak)"),
+    Rewrite("backward_layout_optimisation",
+            "a backward that runs a convolution's backward runs channels-last too, recomputing no convolution: its "
+            "scratch follows that layout and its lowering copies nothing",
+            "torch/_inductor/graph.py: GraphLowering.decide_layout_opt (counts convolution_backward nodes)",
+            ("2.15",), "tests/test_scratch.py::test_a_plain_backward_copies_a_saved_operand_into_the_kernels_order_"
+            "and_frees_it_before_the_kernel (under 2.15 the same backward runs channels-last and copies nothing)"),
     Rewrite("layout_copies",
             "graph inputs a convolution reads are copied to channels-last: the step owns the copies",
             "torch/_inductor/graph.py: GraphLowering.placeholder (layout_opt) and kernel/conv.py: convolution",
