@@ -47,7 +47,8 @@ nothing of torch: nodes in the joint graph's order, each with
 * ``scratch``: bytes the node's kernel allocates and frees while it runs (an
   extern kernel's workspace), and ``scratch_channels_last`` the same when its
   program runs in channels-last, which a node that ``sets_channels_last``
-  (a convolution, where Inductor's layout optimisation applies) turns on for
+  (a convolution, where Inductor's layout optimisation applies; under torch
+  2.15 a convolution's backward too) turns on for
   the program that runs it; ``copied``: the arguments Inductor's lowering
   copies into another stride order before the kernel runs, in a program
   that is not channels-last, each with the copy's bytes. Only an argument

@@ -33,10 +33,9 @@ orders of its outputs (:func:`_as_lowered`): a depthwise backward asks for
 activations laid out N, H, C, W, which oneDNN reorders again. Those copies
 are buffers of the program (:func:`lowered_copies` names them), made only of
 operands in a fixed layout (the program's inputs, extern kernels' outputs):
-pointwise code of the same program is laid out as the kernel asks. The
-figure is a
-property of the machine's kernels, not of its load: the same node gives the
-same bytes on every run. The tensors are filled with ones (the global random
+pointwise code of the same program is laid out as the kernel asks. The figure
+is a property of the machine's kernels, not of its load: the same node gives
+the same bytes on every run. The tensors are filled with ones (the global random
 stream is left as it was) and nothing is kept. Results are cached per
 signature, so a network's repeated blocks are run once.
 
