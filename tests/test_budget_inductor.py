@@ -18,7 +18,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch.utils.checkpoint import CheckpointPolicy
 
 from reorder.inductor import rewrites
-from reorder.inductor.releases import SUPPORTED_RELEASES
+from reorder.inductor.releases import SUPPORTED_RELEASES, running_release
 from reorder.inductor.rewrites import MIRRORED, REWRITES, applies
 from reorder.inductor.session import record_from_dict
 from reorder import inductor as hook
@@ -974,8 +974,6 @@ def test_the_rewrites_are_one_ordered_list_each_naming_its_source_and_releases()
     assert all(r.mirrors.startswith("torch/") and r.releases and r.tested_by.startswith("tests/") for r in REWRITES)
     # each rule names the supported releases it holds for (its test runs on each in CI) and is on only there
     assert all(set(r.releases) <= set(SUPPORTED_RELEASES) for r in REWRITES)
-    from reorder.inductor.releases import running_release
-
     # under the running release, every rule that names it holds
     assert all(applies(r.name, None) == (running_release() in r.releases) for r in REWRITES)
     assert not applies("backward_layout_optimisation", None, "2.14")
