@@ -393,7 +393,7 @@ def test_a_region_compiled_again_reuses_its_frontier_and_another_region_does_not
     x = torch.randn(256, 64)
     layers = [mlp() for _ in range(3)]
     stock = run(step_of(layers[0], min_cut_rematerialization_partition), layers[0], x)
-    with hook.use(memory_budget=0.5) as session:
+    with hook.use(memory_budget=0.4) as session:  # below what stock's partition of the smaller graph reaches
         got = [run(step_of(layer, BudgetPartitioner(session)), layer, x) for layer in layers]
         run(step_of(layers[0], BudgetPartitioner(session)), layers[0], torch.randn(128, 64))
         double = mlp().double()

@@ -248,6 +248,22 @@ def test_ours_count_what_later_regions_hold_only_where_the_step_runs_several():
     assert row_held_outside(cached) == two and row_held_outside({}) is None  # what refresh_records compiles with
 
 
+def test_a_refreshed_record_is_the_same_program_whatever_the_step_model_now_estimates_for_it():
+    """Refreshing a row's records keeps a point whose partition, orders and real peak are the cached ones; the
+    plan once held the partition's estimated step peak, so a change to the step model that moved only the
+    estimates called every point another program and left its records stale."""
+    from benchmarks.real.budget import _plan
+
+    partition = {"kind": "partition", "source": "price 1/2", "peak": 900, "saved_bytes": 400, "recomputed": 7}
+    order = {"kind": "order", "nodes": 12, "peak": 700, "method": "lpmf"}
+    cached = [partition, order, {"kind": "guard"}]
+    assert _plan([{**partition, "peak": 850}, order]) == _plan(cached)
+    assert _plan([{**partition, "saved_bytes": 404}, order]) != _plan(cached)
+    assert _plan([{**partition, "source": "inductor budget 0.5"}, order]) != _plan(cached)
+    assert _plan([partition, {**order, "method": "bfs"}]) != _plan(cached)
+    assert _plan([partition, {**order, "peak": 701}]) != _plan(cached)
+
+
 def test_budget_checks_of_a_known_row():
     from benchmarks.real.budget_report import budget_row, time_ratio
 

@@ -266,8 +266,9 @@ def row_held_outside(row: dict) -> dict[int, tuple[int, int, int]] | None:
 
 
 def _plan(records: list[dict]) -> list[tuple]:
-    """What a variant's records say was compiled: each region's partition and each graph's order and peak."""
-    return [(r["source"], r["peak"], r["saved_bytes"], r["recomputed"]) if r["kind"] == "partition" else
+    """What a variant's records say was compiled: each region's partition (not its estimated step peak, which a
+    change to the step model moves while the same partition compiles) and each graph's order and peak."""
+    return [(r["source"], r["saved_bytes"], r["recomputed"]) if r["kind"] == "partition" else
             (r["nodes"], r["peak"], r["method"]) for r in records if r["kind"] in ("partition", "order")]
 
 

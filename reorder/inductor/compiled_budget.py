@@ -3,10 +3,11 @@
 The partitioner (:mod:`~reorder.inductor.partitioner`) chooses before
 Inductor lowers anything, with the step model of
 :mod:`reorder.budget.step_peak`: fused kernels as it predicts them, in the
-order Inductor lists them. The graphs that run are Inductor's own, after its
-fusion and our reorder pass, and they can hold more than the model says (a
-recomputed value fused into an early kernel and held to a late one) or less
-(an order the reorder pass found). So once Inductor has generated a budgeted
+order Inductor lists them or the lower one LPMF, BFS and DFS find. The graphs
+that run are Inductor's own, after its fusion and our reorder pass, and they
+can hold more than the model says (a recomputed value fused into an early
+kernel and held to a late one) or less (an order the reorder pass's own
+searches found). So once Inductor has generated a budgeted
 region's forward and its backward, what each allocates is read from its own
 wrapper lines (:mod:`~reorder.inductor.generated_code`: allocations, reuses,
 in-place writes, frees, extern kernels' outputs, in the order they run; the
