@@ -82,7 +82,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from ..graph import plain_graph
-from ..schedulers import reorder_for_peak_memory
+from ..schedulers import INDUCTOR_METHODS, reorder_for_peak_memory
 from .allocation_model import AllocationModel
 from .partition import Partition
 from .step_graph import StepGraph
@@ -92,7 +92,7 @@ __all__ = ["ORDER_METHODS", "Held", "StepPeak", "judged_peak", "autograd_order",
 
 #: The methods whose best order (in Inductor's model) each program is also judged in, the lower peak counting
 #: (see the module docstring): Inductor's reorder pass's own.
-ORDER_METHODS: tuple[str, ...] = ("lpmf", "bfs", "dfs")
+ORDER_METHODS: tuple[str, ...] = INDUCTOR_METHODS
 
 
 @dataclass(frozen=True)

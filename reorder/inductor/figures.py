@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ..graph import Graph
+from ..schedulers import INDUCTOR_METHODS
 
 __all__ = ["INDUCTOR_METHODS", "TorchReference", "figures_record", "inductor_figures", "torch_reference"]
-
-INDUCTOR_METHODS = ("lpmf", "bfs", "dfs")
 
 
 class _Dep:

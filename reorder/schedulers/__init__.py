@@ -9,13 +9,13 @@ they start from.
 
 from . import baseline, bfs, dfs, exact, lpmf, optimal, refine  # noqa: F401  (register the methods)
 from .base import METHODS, MethodOutcome
-from .best import (DEFAULT_METHODS, QUICK_METHODS, RECHECK_METHODS, ReorderResult, make_method, reorder_for_peak_memory,
-                   split_methods)
+from .best import (DEFAULT_METHODS, INDUCTOR_METHODS, QUICK_METHODS, RECHECK_METHODS, ReorderResult, make_method,
+                   reorder_for_peak_memory, split_methods)
 from .bfs import bfs_order
 from .dfs import dfs_order
 from .lpmf import lpmf_order
 
 __all__ = [
-    "DEFAULT_METHODS", "METHODS", "QUICK_METHODS", "RECHECK_METHODS", "MethodOutcome", "ReorderResult", "bfs_order",
-    "dfs_order", "lpmf_order", "make_method", "reorder_for_peak_memory", "split_methods",
+    "DEFAULT_METHODS", "INDUCTOR_METHODS", "METHODS", "QUICK_METHODS", "RECHECK_METHODS", "MethodOutcome", "ReorderResult",
+    "bfs_order", "dfs_order", "lpmf_order", "make_method", "reorder_for_peak_memory", "split_methods",
 ]

@@ -23,16 +23,19 @@ from ..timeline import estimate_peak_memory, lower_bound
 from .across_sizes import choose_across_sizes, inductor_reference
 from .base import METHODS, Method, MethodOutcome
 
-__all__ = ["DEFAULT_METHODS", "QUICK_METHODS", "RECHECK_METHODS", "ReorderResult", "reorder_for_peak_memory",
+__all__ = ["DEFAULT_METHODS", "INDUCTOR_METHODS", "QUICK_METHODS", "RECHECK_METHODS", "ReorderResult", "reorder_for_peak_memory",
            "make_method", "split_methods"]
 
 log = logging.getLogger("reorder")
+
+#: The methods of Inductor's own reorder pass (``torch/_inductor/memory.py``), which it picks the lowest of.
+INDUCTOR_METHODS: tuple[str, ...] = ("lpmf", "bfs", "dfs")
 
 #: Inductor's three, then ours. The budgets keep the whole set well under a
 #: second on stock graphs of a few hundred nodes (see docs/algorithms.md); the
 #: exact search's 50,000 sets take about 1.8 s on the recomputing backwards of a
 #: memory budget, where it gives up.
-DEFAULT_METHODS: tuple[str, ...] = ("lpmf", "bfs", "dfs", "refine", "exact")
+DEFAULT_METHODS: tuple[str, ...] = (*INDUCTOR_METHODS, "refine", "exact")
 
 
 def _exact_held_to(max_states: int) -> tuple[str, ...]:
