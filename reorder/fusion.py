@@ -308,7 +308,7 @@ def reordered_fusion_peak(graph: Graph, first: int, second: int, best_peak: int,
     if groups is None:
         return None
     fused = fused_graph(graph, groups)
-    peak = reorder_for_peak_memory(fused, methods, log_level=logging.DEBUG).peak
+    peak = reorder_for_peak_memory(fused, methods, log_level=logging.DEBUG, bound_work=0).peak
     return FusionCheck(best_peak, peak, len(methods) * (fused.num_nodes + fused.num_edges))
 
 

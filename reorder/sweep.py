@@ -14,6 +14,7 @@ and :func:`peak_of`.
 from __future__ import annotations
 
 from itertools import accumulate
+from operator import add
 from typing import Iterable, Sequence
 
 __all__ = ["live_bytes", "peak_of"]
@@ -34,10 +35,6 @@ def live_bytes(steps: int, changes: Iterable[tuple[int, int]], start: int = 0) -
 def peak_of(live: Sequence[int], during: Sequence[int] | None = None) -> tuple[int, int]:
     """``(peak, step)``: the highest of ``live[t]`` (plus ``during[t]``, bytes held only while step ``t`` runs,
     such as a kernel's scratch), never below 0, and the first step that reaches it (0 when nothing is live)."""
-    peak = step = 0
-    for t, value in enumerate(live):
-        if during is not None:
-            value += during[t]
-        if value > peak:
-            peak, step = value, t
-    return peak, step
+    values = live if during is None else list(map(add, live, during))
+    peak = max(values, default=0)
+    return (peak, values.index(peak)) if peak > 0 else (0, 0)

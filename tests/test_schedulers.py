@@ -7,11 +7,12 @@ from hypothesis import given, settings
 from helpers import FIGURES, GRAPH_NAMES, GRAPHS, all_topological_orders, build, graph_specs
 
 from reorder import BufferSpec, NodeSpec, ReorderError, build_graph, estimate_peak_memory, load_graph
-from reorder.schedulers import (METHODS, bfs_order, dfs_order, lpmf_order, make_method, reorder_for_peak_memory,
-                               split_methods)
+from reorder.schedulers import (INDUCTOR_METHODS, METHODS, bfs_order, dfs_order, lpmf_order, make_method,
+                               reorder_for_peak_memory, split_methods)
 from reorder.schedulers.exact import Exact
 from reorder.schedulers.optimal import Optimal
 from reorder.schedulers.refine import Refine, refine_order
+from reorder.timeline import lower_bound
 
 PORTS = {"lpmf": lpmf_order, "bfs": bfs_order, "dfs": dfs_order}
 
@@ -119,6 +120,16 @@ def test_best_of_is_never_worse_than_inductor(name):
     for method in ("lpmf", "bfs", "dfs"):
         assert result.peaks[method] == FIGURES[name]["peak"][f"topological_sort_{method}"]
     assert set(result.seconds) == set(result.peaks) == {"baseline", "lpmf", "bfs", "dfs", "refine", "exact"}
+
+
+@pytest.mark.parametrize("name", GRAPH_NAMES)
+def test_a_caller_that_needs_no_proof_gets_the_same_order_and_a_bound_still_below_it(name):
+    graph = load_graph(GRAPHS / f"{name}.json")
+    proved = reorder_for_peak_memory(graph, INDUCTOR_METHODS)
+    quick = reorder_for_peak_memory(graph, INDUCTOR_METHODS, bound_work=0)
+    assert (quick.order, quick.peak, quick.method, quick.peaks) == (proved.order, proved.peak, proved.method,
+                                                                    proved.peaks)
+    assert quick.lower_bound == lower_bound(graph, 0) <= proved.lower_bound <= proved.peak
 
 
 @pytest.mark.parametrize("name, torch_best, ours_at_most", [

@@ -19,7 +19,7 @@ from typing import Iterable, Mapping, Sequence
 
 from ..errors import ReorderError
 from ..graph import Graph
-from ..timeline import estimate_peak_memory, lower_bound
+from ..timeline import BOUND_WORK, estimate_peak_memory, lower_bound
 from .across_sizes import choose_across_sizes, inductor_reference
 from .base import METHODS, Method, MethodOutcome
 
@@ -192,6 +192,7 @@ def reorder_for_peak_memory(
     candidates: Mapping[str, Sequence[int]] | None = None,
     max_seconds: float | None = None,
     log_level: int = logging.INFO,
+    bound_work: int = BOUND_WORK,
 ) -> ReorderResult:
     """Run the baseline and ``methods`` (default :data:`DEFAULT_METHODS`), return the lowest-peak order.
 
@@ -211,11 +212,15 @@ def reorder_for_peak_memory(
     ``log_level``: of the lines that name the graph and each method's peak (Inductor's own say the same at
     INFO); an estimate inside a larger search (a budget's candidate partitions, a fusion guard's checks, run
     hundreds of times a compile) passes ``logging.DEBUG``.
+    ``bound_work``: the work budget of the graph's :func:`~reorder.timeline.lower_bound`, which the result's
+    ``lower_bound`` and ``optimal`` rest on (a method that proves its own bound still does); a caller that asks
+    only for the order or its peak, many times a compile, passes 0 (the bounds that need no precedence pass),
+    which leaves the order as it is (the budget's step model asks for two orders per candidate partition).
     """
     instances = [make_method(m) for m in (DEFAULT_METHODS if methods is None else methods)]
     if not instances:
         raise ReorderError(f"methods: name at least one method; known: {', '.join(sorted(METHODS))}")
-    bound = lower_bound(graph)
+    bound = lower_bound(graph, bound_work)
     log.log(log_level, "reordering %s for peak memory -- %d nodes", graph.name, graph.num_nodes)
     started = t0 = time.perf_counter()
     best_order: Sequence[int] = list(range(graph.num_nodes))
