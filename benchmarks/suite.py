@@ -34,7 +34,8 @@ from pathlib import Path
 from reorder import load_graph
 from reorder.planning import plan_orders
 from reorder.report import format_bytes, markdown_table
-from reorder.schedulers import bfs_order, dfs_order, lpmf_order, reorder_for_peak_memory
+from reorder.schedulers import INDUCTOR_METHODS, bfs_order, dfs_order, lpmf_order, reorder_for_peak_memory
+from reorder.schedulers.across_sizes import INDUCTOR_ORDERS
 from reorder.timeline import estimate_peak_memory
 from reorder.inductor.figures import torch_reference
 from reorder.optima import optimum_for
@@ -87,7 +88,7 @@ def compare(path: Path, figures: dict, plots: Path | None) -> dict:
     graph = load_graph(path)
     reference = torch_reference(graph)
     theirs = reference.run_all()
-    mismatch = [m for m in ("lpmf", "bfs", "dfs") if figures and
+    mismatch = [m for m in INDUCTOR_METHODS if figures and
                 theirs["peak"][m] != figures["peak"][f"topological_sort_{m}"]]
     t0 = time.perf_counter()
     result = reorder_for_peak_memory(graph)
@@ -120,7 +121,7 @@ def compare(path: Path, figures: dict, plots: Path | None) -> dict:
         "slab_order": plan_method,
         "inductor_seconds": sum(theirs["seconds"].values()),
         "ours_seconds": ours_seconds,
-        "ours_fast_seconds": sum(result.seconds[m] for m in ("baseline", "lpmf", "bfs", "dfs")),
+        "ours_fast_seconds": sum(result.seconds[m] for m in INDUCTOR_ORDERS),
         "plan_seconds": plan_seconds,
         "figures_match": not mismatch,
         "peaks": result.peaks,

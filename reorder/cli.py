@@ -745,6 +745,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """End to end on a folder of graphs (default: the bundled ones): reorder, plan the slab, table, plots."""
     from .planning import plan_orders
     from .schedulers import reorder_for_peak_memory
+    from .schedulers.across_sizes import INDUCTOR_ORDERS
 
     options = plan_options(args)
     out = Path(args.out)
@@ -767,7 +768,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 result = reorder_for_peak_memory(graph)
                 plan_method, plan = plan_orders(graph, result.orders, options)
                 peaks = result.peaks
-                inductor = min(peaks[m] for m in ("baseline", "lpmf", "bfs", "dfs"))
+                inductor = min(peaks[m] for m in INDUCTOR_ORDERS)
                 saved = inductor - result.peak
                 if plots:
                     plot_graph(graph, list(range(graph.num_nodes)), result.order, result.method, plan,

@@ -49,6 +49,7 @@ from ..budget.frontier import STOCK_SOURCE, reaching_fraction
 from ..budget.step_peak import Held
 from ..errors import ReorderError
 from ..report import format_bytes, format_table
+from ..schedulers.across_sizes import INDUCTOR_ORDERS
 from .rewrites import MIRRORED
 
 log = logging.getLogger("reorder")
@@ -487,7 +488,7 @@ class OrderRecord(_Record):
     def inductor_best(self) -> int:
         """Stock Inductor's figure for this graph: the lowest of its own order and its three methods
         (their ports when ``compare`` was off)."""
-        stock = self.inductor or {m: self.methods[m] for m in ("baseline", "lpmf", "bfs", "dfs") if m in self.methods}
+        stock = self.inductor or {m: self.methods[m] for m in INDUCTOR_ORDERS if m in self.methods}
         return min(stock.values())
 
 

@@ -16,6 +16,6 @@ from .dfs import dfs_order
 from .lpmf import lpmf_order
 
 __all__ = [
-    "DEFAULT_METHODS", "INDUCTOR_METHODS", "METHODS", "QUICK_METHODS", "RECHECK_METHODS", "MethodOutcome", "ReorderResult",
-    "bfs_order", "dfs_order", "lpmf_order", "make_method", "reorder_for_peak_memory", "split_methods",
+    "DEFAULT_METHODS", "INDUCTOR_METHODS", "METHODS", "QUICK_METHODS", "RECHECK_METHODS", "MethodOutcome",
+    "ReorderResult", "bfs_order", "dfs_order", "lpmf_order", "make_method", "reorder_for_peak_memory", "split_methods",
 ]

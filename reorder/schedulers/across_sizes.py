@@ -20,11 +20,15 @@ from typing import Mapping, Sequence
 from ..graph import Graph
 from ..timeline import estimate_peak_memory
 
-__all__ = ["INDUCTOR_ORDERS", "SizeChoice", "choose_across_sizes", "inductor_reference", "peaks_at_points"]
+__all__ = ["INDUCTOR_METHODS", "INDUCTOR_ORDERS", "SizeChoice", "choose_across_sizes", "inductor_reference",
+           "peaks_at_points"]
+
+#: The methods of Inductor's own reorder pass (``torch/_inductor/memory.py``), which it picks the lowest of.
+INDUCTOR_METHODS: tuple[str, ...] = ("lpmf", "bfs", "dfs")
 
 #: The orders stock Inductor chooses among (its own listing and its three methods, or our ports of them): the
 #: first lowest at the hint is the order a stock compile runs.
-INDUCTOR_ORDERS = ("baseline", "lpmf", "bfs", "dfs")
+INDUCTOR_ORDERS: tuple[str, ...] = ("baseline", *INDUCTOR_METHODS)
 
 
 def inductor_reference(peaks: Mapping[str, int]) -> str:

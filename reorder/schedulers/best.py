@@ -20,16 +20,13 @@ from typing import Iterable, Mapping, Sequence
 from ..errors import ReorderError
 from ..graph import Graph
 from ..timeline import BOUND_WORK, estimate_peak_memory, lower_bound
-from .across_sizes import choose_across_sizes, inductor_reference
+from .across_sizes import INDUCTOR_METHODS, choose_across_sizes, inductor_reference
 from .base import METHODS, Method, MethodOutcome
 
-__all__ = ["DEFAULT_METHODS", "INDUCTOR_METHODS", "QUICK_METHODS", "RECHECK_METHODS", "ReorderResult", "reorder_for_peak_memory",
-           "make_method", "split_methods"]
+__all__ = ["DEFAULT_METHODS", "INDUCTOR_METHODS", "QUICK_METHODS", "RECHECK_METHODS", "ReorderResult",
+           "reorder_for_peak_memory", "make_method", "split_methods"]
 
 log = logging.getLogger("reorder")
-
-#: The methods of Inductor's own reorder pass (``torch/_inductor/memory.py``), which it picks the lowest of.
-INDUCTOR_METHODS: tuple[str, ...] = ("lpmf", "bfs", "dfs")
 
 #: Inductor's three, then ours. The budgets keep the whole set well under a
 #: second on stock graphs of a few hundred nodes (see docs/algorithms.md); the
